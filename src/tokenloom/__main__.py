@@ -1,0 +1,5 @@
+import sys
+
+from tokenloom.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,82 @@
+"""Atomic file writes: write to a temporary sibling, fsync, then ``os.replace``.
+
+A crash at any point leaves either the old file (or nothing) or the complete new
+file under the final name, never a half-written file that later reads as valid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator
+
+
+def temporary_sibling(path: str | os.PathLike) -> str:
+    """Return a fresh, unique temporary name in the directory of ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return tmp
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """fsync a file by name (best effort on platforms without it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """fsync the directory holding ``path`` so that a rename is durable."""
+    with contextlib.suppress(OSError):
+        fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def publish(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Durably move a finished temporary file to its final name."""
+    fsync_path(tmp)
+    os.replace(tmp, final)
+    fsync_dir(final)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+    """Open a temporary sibling of ``path`` for writing; publish it on success.
+
+    On an exception the temporary file is removed and ``path`` is untouched.
+    """
+    tmp = temporary_sibling(path)
+    try:
+        with open(tmp, mode) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        publish(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_open(path, "wb") as handle:
+        handle.write(data)
+
+
+def atomic_save_npy(path: str | os.PathLike, array) -> None:
+    """``numpy.save`` to ``path`` atomically (no ``.npy`` suffix is appended)."""
+    import numpy
+
+    with atomic_open(path, "wb") as handle:
+        numpy.save(handle, array, allow_pickle=False)

@@ -1,0 +1,1 @@
+"""The ``tokenloom`` command line."""

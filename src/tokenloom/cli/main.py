@@ -1,0 +1,77 @@
+"""Entry point of the ``tokenloom`` command line.
+
+Each subcommand lives in its own module under :mod:`tokenloom.cli` and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` to a callable
+taking the parsed namespace and returning an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Optional, Sequence
+
+from tokenloom.errors import TokenloomError
+
+# (module name under tokenloom.cli) in the order they appear in --help
+_SUBCOMMAND_MODULES = (
+    "demo",
+    "preprocess",
+    "inspect",
+    "merge",
+    "build_sequences_per_dataset",
+    "prepare_cache",
+)
+
+_DESCRIPTION = """\
+tokenloom: Megatron-compatible data for training GPT-style models, without Megatron.
+
+Typical flow:
+  tokenloom demo                                   # see everything work on real text
+  tokenloom preprocess --input 'data/*.jsonl.zst' --output-prefix out/web \\
+      --tokenizer hf:tokenizer.json --json-keys text --append-eod
+  tokenloom inspect out/web_text_document          # header, counts, integrity check
+  tokenloom prepare-cache --config train.json      # build index caches offline
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tokenloom",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from tokenloom import __version__
+
+    parser.add_argument("--version", action="version", version=f"tokenloom {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"tokenloom.cli.{name}")
+        except ModuleNotFoundError as error:
+            if error.name == f"tokenloom.cli.{name}":
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except TokenloomError as error:
+        print(f"tokenloom {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"tokenloom {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
