@@ -1,0 +1,274 @@
+"""Readers of the ``.bin`` token file: memory map, file pointer, and a seam for object storage.
+
+Every reader implements :class:`BinReader`.  :func:`make_bin_reader` picks one from the
+``IndexedDataset`` arguments.  Object-storage readers (S3, MSC) register themselves with
+:func:`register_bin_reader` under their URL scheme and are then chosen for paths like
+``s3://bucket/prefix`` when an ``object_storage_config`` is given.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+import time
+from abc import ABC, abstractmethod
+from typing import Callable, Dict, Optional
+
+import numpy
+
+from tokenloom.errors import ConfigError, FormatError
+from tokenloom.format.spec import MissingFileError
+
+logger = logging.getLogger(__name__)
+
+
+class BinReader(ABC):
+    """Reads tokens out of one ``.bin`` file by byte offset."""
+
+    path: str
+
+    @abstractmethod
+    def read(self, dtype, count: int, offset: int) -> numpy.ndarray:
+        """Return ``count`` items of ``dtype`` starting at byte ``offset``.
+
+        Raises FormatError when the file holds fewer bytes than asked for.
+        """
+
+    @property
+    def size(self) -> Optional[int]:
+        """Size of the file in bytes, or None when unknown without a round trip."""
+        return None
+
+    def tokens(self, dtype) -> Optional[numpy.ndarray]:
+        """1-D read-only view of the whole file, or None when the reader has no such view."""
+        return None
+
+    def close(self) -> None:
+        """Release resources; arrays already handed out stay valid."""
+
+
+def _short_read(path: str, count: int, offset: int, itemsize: int, got_bytes: int) -> FormatError:
+    return FormatError(
+        f"{path}: data file too short: reading {count} tokens ({count * itemsize} bytes) at byte "
+        f"offset {offset} returned only {got_bytes} bytes; the .bin is truncated or does not "
+        "belong to this .idx"
+    )
+
+
+def _open_existing(path: str):
+    try:
+        return open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        raise MissingFileError(f"{path}: data file does not exist") from None
+
+
+class MMapBinReader(BinReader):
+    """Memory-maps the ``.bin`` file once; reads are zero-copy views.
+
+    Views keep the mapping alive: ``close()`` only drops this reader's reference,
+    the memory is unmapped when the last view is garbage collected.
+    """
+
+    def __init__(self, bin_path: str) -> None:
+        self.path = bin_path
+        with _open_existing(bin_path) as handle:
+            self._size = os.fstat(handle.fileno()).st_size
+            if self._size:
+                self._buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            else:
+                self._buffer = b""
+
+    @property
+    def size(self) -> int:
+        """Size of the file in bytes."""
+        return self._size
+
+    def read(self, dtype, count: int, offset: int) -> numpy.ndarray:
+        """Return a read-only view of ``count`` tokens at byte ``offset``."""
+        dtype = numpy.dtype(dtype)
+        if offset < 0 or count < 0 or offset + count * dtype.itemsize > self._size:
+            got = max(0, min(self._size - offset, count * dtype.itemsize))
+            raise _short_read(self.path, count, offset, dtype.itemsize, got)
+        return numpy.frombuffer(self._buffer, dtype=dtype, count=count, offset=offset)
+
+    def tokens(self, dtype) -> numpy.ndarray:
+        """Read-only view of the whole file as ``dtype`` (a trailing partial item is dropped)."""
+        dtype = numpy.dtype(dtype)
+        return numpy.frombuffer(self._buffer, dtype=dtype, count=self._size // dtype.itemsize)
+
+    def close(self) -> None:
+        """Drop the mapping; it is unmapped now, or when the last view is collected."""
+        buffer, self._buffer = self._buffer, b""
+        self._size = 0
+        if isinstance(buffer, mmap.mmap):
+            try:
+                buffer.close()
+            except BufferError:
+                pass  # views still reference it; they keep it mapped until collected
+
+
+class FileBinReader(BinReader):
+    """Reads with seek + readinto on a file handle, retrying ``OSError`` with back-off.
+
+    With the defaults a failing read is tried 4 times, sleeping 10, 20 and 40 s in
+    between (Megatron's policy for flaky network file systems).  A short read is a
+    format error and is not retried.  The handle is reopened after ``fork``.
+    """
+
+    def __init__(self, bin_path: str, num_max_retries: int = 3,
+                 sleep_duration_start: float = 10) -> None:
+        self.path = bin_path
+        self.num_max_retries = int(num_max_retries)
+        self.sleep_duration_start = sleep_duration_start
+        self._lock = threading.Lock()
+        self._handle = None
+        self._pid = None
+        if not os.path.exists(bin_path):
+            raise MissingFileError(f"{bin_path}: data file does not exist")
+
+    @property
+    def size(self) -> int:
+        """Size of the file in bytes."""
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            raise MissingFileError(f"{self.path}: data file does not exist") from None
+
+    def _read_once(self, out: numpy.ndarray, offset: int) -> int:
+        with self._lock:
+            if self._handle is None or self._pid != os.getpid():
+                self._handle = _open_existing(self.path)
+                self._pid = os.getpid()
+            self._handle.seek(offset)
+            view = memoryview(out).cast("B")
+            done = 0
+            while done < view.nbytes:
+                got = self._handle.readinto(view[done:])
+                if not got:
+                    break
+                done += got
+            return done
+
+    def read(self, dtype, count: int, offset: int) -> numpy.ndarray:
+        """Read ``count`` tokens at byte ``offset`` into a fresh writable array."""
+        out = numpy.empty(count, dtype=dtype)
+        if offset < 0:
+            raise _short_read(self.path, count, offset, out.itemsize, 0)
+        sleep = self.sleep_duration_start
+        for attempt in range(self.num_max_retries + 1):
+            try:
+                got = self._read_once(out, offset)
+                break
+            except MissingFileError:
+                raise
+            except OSError as error:
+                self._drop_handle()
+                if attempt == self.num_max_retries:
+                    raise
+                logger.warning("%s: read attempt %d/%d failed (%s); retrying in %ss", self.path,
+                               attempt + 1, self.num_max_retries + 1, error, sleep)
+                time.sleep(sleep)
+                sleep *= 2
+        if got != out.nbytes:
+            raise _short_read(self.path, count, offset, out.itemsize, got)
+        return out
+
+    def _drop_handle(self) -> None:
+        with self._lock:
+            handle, self._handle = self._handle, None
+        if handle is not None:
+            try:
+                handle.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """Close the file handle (a later read reopens it)."""
+        self._drop_handle()
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.update(_handle=None, _pid=None, _lock=None)
+        return state
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+ReaderFactory = Callable[[str, object], BinReader]
+IndexFetcher = Callable[[str, str, object], None]
+_OBJECT_STORAGE_READERS: Dict[str, ReaderFactory] = {}
+_INDEX_FETCHERS: Dict[str, IndexFetcher] = {}
+
+
+def register_bin_reader(scheme: str, factory: ReaderFactory,
+                        fetch_index: Optional[IndexFetcher] = None) -> None:
+    """Register ``factory(bin_path, object_storage_config)`` for paths ``scheme://...``.
+
+    ``fetch_index(remote_idx_path, local_idx_path, object_storage_config)``, when given,
+    downloads the ``.idx`` to the local cache path before it is opened.
+    """
+    _OBJECT_STORAGE_READERS[scheme] = factory
+    if fetch_index is not None:
+        _INDEX_FETCHERS[scheme] = fetch_index
+
+
+def storage_scheme(path: str) -> Optional[str]:
+    """Return the URL scheme of ``path`` (``"s3"`` for ``s3://...``), None for local paths."""
+    head, sep, _ = str(path).partition("://")
+    return head if sep and head.isidentifier() else None
+
+
+def resolve_index_path(idx_path: str, object_storage_config=None) -> str:
+    """Local path of the ``.idx`` to open: ``idx_path`` itself for local files; for
+    ``scheme://bucket/key.idx`` the copy under ``object_storage_config.path_to_idx_cache``
+    (an attribute, or a key of a dict config), fetched first by the scheme's registered
+    ``fetch_index`` when that copy is missing."""
+    scheme = storage_scheme(idx_path)
+    if scheme is None:
+        return idx_path
+    if isinstance(object_storage_config, dict):
+        cache = object_storage_config.get("path_to_idx_cache")
+    else:
+        cache = getattr(object_storage_config, "path_to_idx_cache", None)
+    if cache is None:
+        raise ConfigError(
+            f"{idx_path}: object storage paths need an object_storage_config with "
+            "path_to_idx_cache")
+    local = os.path.join(cache, str(idx_path).split("://", 1)[1])
+    fetch = _INDEX_FETCHERS.get(scheme)
+    if fetch is not None and not os.path.exists(local):
+        fetch(idx_path, local, object_storage_config)
+    return local
+
+
+def make_bin_reader(bin_path: str, mmap: bool = True, object_storage_config=None) -> BinReader:
+    """Choose the reader for ``bin_path``: object storage, memory map or file pointer."""
+    scheme = storage_scheme(bin_path)
+    if object_storage_config is not None or scheme is not None:
+        if mmap:
+            raise ConfigError(
+                f"{bin_path}: object storage data cannot be memory-mapped; pass mmap=False")
+        factory = _OBJECT_STORAGE_READERS.get(scheme or "")
+        if factory is None:
+            known = ", ".join(sorted(_OBJECT_STORAGE_READERS)) or "none registered"
+            raise ConfigError(
+                f"{bin_path}: no reader for storage scheme {scheme!r} (available: {known}); "
+                "register one with tokenloom.format.register_bin_reader"
+            )
+        return factory(bin_path, object_storage_config)
+    return MMapBinReader(bin_path) if mmap else FileBinReader(bin_path)
+
+
+__all__ = [
+    "BinReader",
+    "MMapBinReader",
+    "FileBinReader",
+    "register_bin_reader",
+    "storage_scheme",
+    "make_bin_reader",
+    "resolve_index_path",
+]

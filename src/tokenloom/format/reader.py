@@ -1,0 +1,359 @@
+"""``IndexedDataset``: read a Megatron ``.bin``/``.idx`` pair.
+
+Opening is cheap: the ``.idx`` is memory-mapped once, the header is parsed with
+``struct`` and the three (four) sections become ``numpy.frombuffer`` views; only
+O(1) size checks and one vectorised pass over the document index run at open.
+Every array handed out (index sections, token views) keeps its mapping alive, so
+it stays valid after :meth:`IndexedDataset.close` or garbage collection.
+"""
+
+from __future__ import annotations
+
+import mmap
+import operator
+import os
+from typing import List, Optional, Tuple, Union
+
+import numpy
+
+from tokenloom.errors import FormatError
+from tokenloom.format.bin_readers import (
+    BinReader,
+    make_bin_reader,
+    resolve_index_path,
+)
+from tokenloom.format.dtypes import DType
+from tokenloom.format.spec import (
+    HEADER_SIZE,
+    IndexHeader,
+    MissingFileError,
+    detect_layout,
+    get_bin_path,
+    get_idx_path,
+    unpack_header,
+)
+
+
+class IndexOutOfRangeError(FormatError, IndexError):
+    """A sequence index, offset or length points outside the dataset."""
+
+
+class IndexFile:
+    """The mapped sections of one ``.idx`` file (validated on construction).
+
+    ``multimodal=None`` detects from the file size whether sequence modes are present.
+    """
+
+    def __init__(self, idx_path: str, multimodal: Optional[bool], sequences_per_dataset=None,
+                 dtype_code: Optional[int] = None, check_documents: bool = True) -> None:
+        self.path = idx_path
+        buffer, size = _map_file(idx_path)
+        header = unpack_header(buffer[:HEADER_SIZE] if size >= HEADER_SIZE else buffer, idx_path)
+        _check_expected_header(header, idx_path, sequences_per_dataset, dtype_code)
+        layout = detect_layout(header, size, idx_path, multimodal)
+        self.header = header
+        self.multimodal = multimodal = layout.multimodal
+        count = header.sequence_count
+        self.lengths = numpy.frombuffer(buffer, numpy.int32, count, layout.lengths_offset)
+        self.pointers = numpy.frombuffer(buffer, numpy.int64, count, layout.pointers_offset)
+        self.documents = numpy.frombuffer(buffer, numpy.int64, header.document_count,
+                                          layout.documents_offset)
+        self.modes = (numpy.frombuffer(buffer, numpy.int8, count, layout.modes_offset)
+                      if multimodal else None)
+        self._buffer = buffer
+        check_document_indices(self.documents, count, idx_path, full=check_documents)
+
+    def close(self) -> None:
+        """Drop the sections and unmap (now, or once the last handed-out view dies)."""
+        self.lengths = self.pointers = self.documents = self.modes = None
+        buffer, self._buffer = self._buffer, b""
+        if isinstance(buffer, mmap.mmap):
+            try:
+                buffer.close()
+            except BufferError:
+                pass
+
+
+def _map_file(path: str):
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        raise MissingFileError(f"{path}: index file does not exist") from None
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size < HEADER_SIZE:
+            return handle.read(), size
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), size
+
+
+def _check_expected_header(header: IndexHeader, path: str, sequences_per_dataset,
+                           dtype_code) -> None:
+    if sequences_per_dataset is not None:
+        expected = (int(sequences_per_dataset[0]), int(sequences_per_dataset[1]))
+        if expected != (header.sequence_count, header.document_count):
+            raise FormatError(
+                f"{path}: sequences_per_dataset says {expected[0]} sequences and {expected[1]} "
+                f"document index entries, the header says {header.sequence_count} and "
+                f"{header.document_count}; the precomputed counts are stale, rebuild them "
+                "(tokenloom build-sequences-per-dataset)"
+            )
+    if dtype_code is not None and DType.dtype_from_code(dtype_code) is not header.dtype:
+        raise FormatError(
+            f"{path}: dtype_code {dtype_code} ({DType(dtype_code).name}) does not match the "
+            f"header dtype {numpy.dtype(header.dtype).name}"
+        )
+
+
+def check_document_indices(documents: numpy.ndarray, sequence_count: int, path: str,
+                           full: bool = True) -> None:
+    """FormatError unless the document index starts at 0, ends at the sequence count
+    and (with ``full``) never decreases."""
+    if documents.shape[0] == 0:
+        raise FormatError(f"{path}: document index is empty; it must at least hold the leading 0")
+    if documents[0] != 0 or documents[-1] != sequence_count:
+        raise FormatError(
+            f"{path}: document index must start at 0 and end at the sequence count "
+            f"{sequence_count}, but runs from {int(documents[0])} to {int(documents[-1])}"
+        )
+    if full and documents.shape[0] > 2:
+        drops = numpy.flatnonzero(documents[1:] < documents[:-1])
+        if drops.size:
+            at = int(drops[0])
+            raise FormatError(
+                f"{path}: document index is not monotone: entry {at + 1} is "
+                f"{int(documents[at + 1])} after {int(documents[at])}"
+            )
+
+
+def _check_bin_size(index: IndexFile, reader: BinReader, itemsize: int) -> None:
+    size = reader.size
+    count = index.header.sequence_count
+    if size is None or count == 0:
+        return
+    end = int(index.pointers[-1]) + int(index.lengths[-1]) * itemsize
+    if size < end:
+        raise FormatError(
+            f"{reader.path}: data file is {size} bytes but {index.path} says its last sequence "
+            f"ends at byte {end}; the .bin is truncated or belongs to another .idx"
+        )
+
+
+class IndexedDataset:
+    """A tokenised corpus stored as a Megatron ``.bin``/``.idx`` pair.
+
+    Args:
+        path_prefix: path of the pair without the ``.bin``/``.idx`` suffix.
+        multimodal: whether the ``.idx`` carries a mode per sequence; items are then
+            ``(tokens, mode)`` pairs, as in Megatron.
+        mmap: memory-map the ``.bin`` (default) or read it with a file pointer.
+        object_storage_config: for ``s3://``/``msc://`` prefixes; the reader for the
+            scheme must be registered (see :func:`register_bin_reader`).
+        s3_config: deprecated alias of ``object_storage_config``.
+        fast_cache_load: trust the document index (skip its O(D) monotonicity pass).
+        sequences_per_dataset: ``(sequence_count, document_count)`` known in advance; they
+            are checked against the header, which is already mapped, so it costs nothing.
+        dtype_code: the expected dtype code (checked against the header when given).
+    """
+
+    def __init__(self, path_prefix: str, multimodal: bool = False, mmap: bool = True,
+                 object_storage_config=None, s3_config=None, fast_cache_load: bool = False,
+                 sequences_per_dataset: Optional[Tuple[int, int]] = None,
+                 dtype_code: Optional[int] = None) -> None:
+        self._open(os.fspath(path_prefix) if not isinstance(path_prefix, str) else path_prefix,
+                   bool(multimodal), bool(mmap), object_storage_config or s3_config,
+                   bool(fast_cache_load), sequences_per_dataset, dtype_code)
+
+    def _open(self, path_prefix, multimodal, mmap, object_storage_config, fast_cache_load,
+              sequences_per_dataset, dtype_code) -> None:
+        self.path_prefix = path_prefix
+        self.multimodal = multimodal
+        self.mmap = mmap
+        self.object_storage_config = object_storage_config
+        self.fast_cache_load = fast_cache_load
+        self.sequences_per_dataset = sequences_per_dataset
+        self.dtype_code = dtype_code
+        idx_path = resolve_index_path(get_idx_path(path_prefix), object_storage_config)
+        index = IndexFile(idx_path, multimodal, sequences_per_dataset, dtype_code,
+                           check_documents=not fast_cache_load)
+        try:
+            reader = make_bin_reader(get_bin_path(path_prefix), mmap, object_storage_config)
+        except BaseException:
+            index.close()
+            raise
+        self._index, self.bin_reader = index, reader
+        self.dtype = index.header.dtype
+        self._itemsize = numpy.dtype(self.dtype).itemsize
+        self._count = index.header.sequence_count
+        self._lengths, self._pointers = index.lengths, index.pointers
+        self._tokens = reader.tokens(self.dtype)
+        _check_bin_size(index, reader, self._itemsize)
+
+    # -- pickling: reopen the files in the receiving process -------------------------
+    def __getstate__(self) -> dict:
+        """Pickle only the constructor arguments; the files are reopened on load."""
+        return {
+            "path_prefix": self.path_prefix, "multimodal": self.multimodal, "mmap": self.mmap,
+            "object_storage_config": self.object_storage_config,
+            "fast_cache_load": self.fast_cache_load,
+            "sequences_per_dataset": self.sequences_per_dataset, "dtype_code": self.dtype_code,
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        """Reopen the pair described by ``state``."""
+        self._open(**state)
+
+    # -- lifetime ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the files. Arrays already handed out remain valid."""
+        if self._index is None:
+            return
+        self._lengths = self._pointers = self._tokens = None
+        self._index.close()
+        self.bin_reader.close()
+        self._index = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._index is None
+
+    def __enter__(self) -> "IndexedDataset":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _live_index(self) -> IndexFile:
+        if self._index is None:
+            raise FormatError(f"{self.path_prefix}: IndexedDataset is closed")
+        return self._index
+
+    # -- sizes and index sections ---------------------------------------------------
+    def __len__(self) -> int:
+        """Number of sequences."""
+        return self._count
+
+    @property
+    def sequence_lengths(self) -> numpy.ndarray:
+        """int32 number of tokens of each sequence (read-only)."""
+        return self._live_index().lengths
+
+    @property
+    def sequence_pointers(self) -> numpy.ndarray:
+        """int64 byte offset of each sequence in the ``.bin`` (read-only)."""
+        return self._live_index().pointers
+
+    @property
+    def document_indices(self) -> numpy.ndarray:
+        """int64 sequence index where each document starts, leading 0, last = len(self)."""
+        return self._live_index().documents
+
+    def get_document_indices(self) -> numpy.ndarray:
+        """Megatron's accessor for :attr:`document_indices`."""
+        return self.document_indices
+
+    def set_document_indices(self, document_indices: numpy.ndarray) -> None:
+        """Replace the document index in memory (Megatron compatibility)."""
+        self._live_index().documents = numpy.asarray(document_indices, dtype=numpy.int64)
+
+    @property
+    def sequence_modes(self) -> Optional[numpy.ndarray]:
+        """int8 mode of each sequence, or None when the dataset is not multimodal."""
+        return self._live_index().modes
+
+    @property
+    def tokens(self) -> Optional[numpy.ndarray]:
+        """1-D read-only view of the whole ``.bin`` (mmap mode), None for other readers."""
+        self._live_index()
+        return self._tokens
+
+    @staticmethod
+    def exists(path_prefix: str) -> bool:
+        """Whether both ``.idx`` and ``.bin`` exist at ``path_prefix``."""
+        return (os.path.isfile(get_idx_path(path_prefix))
+                and os.path.isfile(get_bin_path(path_prefix)))
+
+    # -- reading ----------------------------------------------------------------------
+    def _position(self, idx) -> int:
+        try:
+            i = operator.index(idx)
+        except TypeError:
+            raise TypeError(
+                f"sequence index must be an integer, got {type(idx).__name__}") from None
+        if i < 0:
+            i += self._count
+        if not 0 <= i < self._count:
+            raise IndexOutOfRangeError(
+                f"{self.path_prefix}: sequence index {idx} out of range for "
+                f"{self._count} sequences")
+        return i
+
+    def _read(self, pointer: int, count: int) -> numpy.ndarray:
+        tokens = self._tokens
+        if tokens is None:
+            self._live_index()
+            return self.bin_reader.read(self.dtype, count, pointer)
+        start, misaligned = divmod(pointer, self._itemsize)
+        out = tokens[start:start + count]
+        if misaligned or pointer < 0 or out.shape[0] != count:
+            raise FormatError(
+                f"{self.path_prefix}.bin: cannot read {count} tokens at byte offset {pointer} of a "
+                f"{tokens.nbytes}-byte data file; the .idx pointers and the .bin disagree")
+        return out
+
+    def get(self, idx: int, offset: int = 0, length: Optional[int] = None):
+        """Tokens ``[offset, offset + length)`` of sequence ``idx`` (to its end by default).
+
+        Returns an ndarray, or ``(ndarray, mode)`` for multimodal datasets.
+        """
+        i = self._position(idx)
+        lengths = self._lengths
+        if lengths is None:
+            self._live_index()
+        size = int(lengths[i])
+        if length is None:
+            length = size - offset
+        if offset < 0 or length < 0 or offset + length > size:
+            raise IndexOutOfRangeError(
+                f"{self.path_prefix}: get({idx}, offset={offset}, length={length}) reads past "
+                f"sequence {i}, which has {size} tokens")
+        tokens = self._read(int(self._pointers[i]) + offset * self._itemsize, length)
+        if self.multimodal:
+            return tokens, self._index.modes[i]
+        return tokens
+
+    def __getitem__(self, idx: Union[int, slice]):
+        """``ds[i]``: one sequence (ndarray, or ``(tokens, mode)`` when multimodal);
+        ``ds[a:b]``: list of sequences (``(list, modes)`` when multimodal)."""
+        if isinstance(idx, slice):
+            return self._slice(idx)
+        return self.get(idx)
+
+    def _slice(self, idx: slice):
+        start, stop, step = idx.indices(self._count)
+        if step != 1:
+            raise FormatError(
+                f"{self.path_prefix}: slices must be contiguous (step 1), got step {step}")
+        index = self._live_index()
+        stop = max(start, stop)
+        lengths = index.lengths[start:stop]
+        if stop > start:
+            flat = self._read(int(index.pointers[start]), int(lengths.sum(dtype=numpy.int64)))
+            sequences: List[numpy.ndarray] = numpy.split(flat, numpy.cumsum(lengths[:-1]))
+        else:
+            sequences = []
+        if self.multimodal:
+            return sequences, index.modes[start:stop]
+        return sequences
+
+    def __iter__(self):
+        """Iterate over all sequences in order."""
+        for i in range(self._count):
+            yield self.get(i)
+
+    def __repr__(self) -> str:
+        return (f"IndexedDataset({self.path_prefix!r}, dtype={numpy.dtype(self.dtype).name}, "
+                f"sequences={self._count}, multimodal={self.multimodal})")
+
+
+__all__ = ["IndexedDataset", "IndexFile", "IndexOutOfRangeError", "check_document_indices"]

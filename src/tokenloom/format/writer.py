@@ -1,0 +1,308 @@
+"""``IndexedDatasetBuilder``: write a Megatron ``.bin``/``.idx`` pair.
+
+Tokens are streamed to a temporary sibling of the ``.bin``; the index lives in
+growable numpy arrays.  :meth:`IndexedDatasetBuilder.finalize` writes the ``.idx``
+to a temporary name too, removes any old ``.idx`` and then renames both into place,
+so an interrupted run never leaves a pair that opens as valid and an existing pair
+stays intact until ``finalize``.  The bytes written are identical to megatron-core's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Callable, Optional
+
+import numpy
+
+from tokenloom._atomic import fsync_dir, publish, temporary_sibling
+from tokenloom.errors import FormatError
+from tokenloom.format._buffers import GrowableArray, as_numpy, check_fits, to_tokens
+from tokenloom.format.dtypes import normalize_dtype
+from tokenloom.format.reader import IndexFile
+from tokenloom.format.spec import (
+    MissingFileError,
+    get_bin_path,
+    get_idx_path,
+    sequence_pointers,
+    write_index,
+)
+
+_INT32_MAX = numpy.iinfo(numpy.int32).max
+_COPY_CHUNK = 16 << 20
+
+
+class IndexedDatasetBuilder:
+    """Builds a ``.bin``/``.idx`` pair.
+
+    Args:
+        bin_path: final path of the ``.bin`` (written under a temporary name until finalize).
+        dtype: token dtype (``numpy.uint16`` for vocabularies below 65500, else ``numpy.int32``).
+        multimodal: store an int8 mode per sequence.
+
+    Use ``add_item`` + ``end_document``, ``add_document``, ``add_documents`` (many
+    single-sequence documents at once) or ``add_index`` (append an existing pair),
+    then ``finalize(idx_path)``.  Accepts numpy arrays, lists and torch tensors.
+    """
+
+    def __init__(self, bin_path: str, dtype=numpy.int32, multimodal: bool = False) -> None:
+        self.bin_path = os.fspath(bin_path)
+        self.dtype = normalize_dtype(dtype)
+        self.multimodal = bool(multimodal)
+        self._lengths = GrowableArray(numpy.int32)
+        self._documents = GrowableArray(numpy.int64, [0])
+        self._modes = GrowableArray(numpy.int8) if self.multimodal else None
+        self._pid = os.getpid()
+        self._tmp_bin: Optional[str] = temporary_sibling(self.bin_path)
+        self.data_file = open(self._tmp_bin, "wb")
+
+    # -- index views ------------------------------------------------------------------
+    @property
+    def sequence_lengths(self) -> numpy.ndarray:
+        """Lengths of the sequences added so far (a copy)."""
+        return self._lengths.view().copy()
+
+    @property
+    def document_indices(self) -> numpy.ndarray:
+        """Document index so far, leading 0 included (a copy)."""
+        return self._documents.view().copy()
+
+    @property
+    def sequence_modes(self) -> Optional[numpy.ndarray]:
+        """Modes of the sequences added so far (a copy), None when not multimodal."""
+        return None if self._modes is None else self._modes.view().copy()
+
+    # -- adding data ------------------------------------------------------------------
+    def _file(self):
+        if self._tmp_bin is None:
+            raise FormatError(f"{self.bin_path}: builder is already finalized or aborted")
+        return self.data_file
+
+    def _tokens(self, values, what: str) -> numpy.ndarray:
+        return to_tokens(values, self.dtype, f"{self.bin_path}: {what}")
+
+    def _check_mode(self, mode) -> int:
+        mode = int(mode)
+        if not -128 <= mode <= 127:
+            raise FormatError(f"{self.bin_path}: sequence mode {mode} does not fit int8")
+        return mode
+
+    def _modes_for(self, modes, count: int, what: str) -> Optional[numpy.ndarray]:
+        if not self.multimodal:
+            if modes is not None:
+                raise FormatError(f"{self.bin_path}: {what}: modes given to a builder that is not "
+                                  "multimodal; pass multimodal=True")
+            return None
+        if modes is None:
+            return numpy.zeros(count, dtype=numpy.int8)
+        modes = as_numpy(modes)
+        if modes.shape[0] != count:
+            raise FormatError(
+                f"{self.bin_path}: {what}: {modes.shape[0]} modes for {count} sequences")
+        check_fits(modes, numpy.int8, f"{self.bin_path}: {what}: modes")
+        return modes.astype(numpy.int8)
+
+    def _check_lengths(self, lengths: numpy.ndarray, what: str) -> None:
+        if lengths.size and (lengths.min() < 0 or lengths.max() > _INT32_MAX):
+            raise FormatError(f"{self.bin_path}: {what}: sequence lengths must lie in "
+                              f"0..{_INT32_MAX}, got {lengths.min()}..{lengths.max()}")
+
+    def add_item(self, tokens, mode: int = 0) -> None:
+        """Append one sequence to the current document."""
+        array = self._tokens(tokens, "add_item")
+        if array.shape[0] > _INT32_MAX:
+            raise FormatError(f"{self.bin_path}: add_item: a sequence of {array.shape[0]} tokens "
+                              f"exceeds the int32 length field; split it")
+        mode = self._check_mode(mode) if self.multimodal else None
+        self._file().write(memoryview(array).cast("B"))
+        self._lengths.append(array.shape[0])
+        if self._modes is not None:
+            self._modes.append(mode)
+
+    def end_document(self) -> None:
+        """Close the current document (the sequences added since the last call)."""
+        self._file()
+        self._documents.append(len(self._lengths))
+
+    def add_document(self, tokens, lengths, modes=None) -> None:
+        """Append one whole document: ``tokens`` split into sequences of ``lengths``."""
+        array = self._tokens(tokens, "add_document")
+        lengths = as_numpy(lengths).astype(numpy.int64)
+        self._check_lengths(lengths, "add_document")
+        if int(lengths.sum()) != array.shape[0]:
+            raise FormatError(f"{self.bin_path}: add_document: lengths sum to {int(lengths.sum())} "
+                              f"but the document has {array.shape[0]} tokens")
+        modes = self._modes_for(modes, lengths.shape[0], "add_document")
+        self._file().write(memoryview(array).cast("B"))
+        self._lengths.extend(lengths)
+        if self._modes is not None:
+            self._modes.extend(modes)
+        self._documents.append(len(self._lengths))
+
+    def add_documents(self, documents, modes=None, eod_token: Optional[int] = None,
+                      chunk_size: int = 1_000_000) -> None:
+        """Append many documents, each one sequence, writing in chunks of ~``chunk_size`` tokens.
+
+        ``documents`` is an iterable of 1-D token arrays/lists/tensors or a 2-D jagged
+        awkward Array; ``modes`` gives one mode per document (multimodal only);
+        ``eod_token``, when given, is appended to every document.
+        """
+        from tokenloom.format._jagged import iter_flat_chunks
+
+        eod = None
+        if eod_token is not None:
+            eod = self._tokens([eod_token], "add_documents: eod_token")
+        all_modes = None if modes is None else as_numpy(modes)
+        done = 0
+        for flat, counts in iter_flat_chunks(documents, max(int(chunk_size), 1)):
+            flat = self._tokens(flat, "add_documents")
+            chunk_modes = None if all_modes is None else all_modes[done:done + counts.shape[0]]
+            self._write_flat(flat, counts, eod, chunk_modes)
+            done += counts.shape[0]
+        if all_modes is not None and done != all_modes.shape[0]:
+            raise FormatError(f"{self.bin_path}: add_documents: {all_modes.shape[0]} modes for "
+                              f"{done} documents")
+
+    def add_flat_documents(self, tokens, lengths, modes=None,
+                           eod_token: Optional[int] = None) -> None:
+        """Append ``len(lengths)`` single-sequence documents cut from the flat ``tokens``.
+
+        The vectorised form of :meth:`add_documents` for tokenizers that return one
+        flat array plus per-document lengths: no per-document Python work at all.
+        """
+        flat = self._tokens(tokens, "add_flat_documents")
+        counts = as_numpy(lengths).astype(numpy.int64)
+        self._check_lengths(counts, "add_flat_documents")
+        if int(counts.sum()) != flat.shape[0]:
+            raise FormatError(f"{self.bin_path}: add_flat_documents: lengths sum to "
+                              f"{int(counts.sum())} but there are {flat.shape[0]} tokens")
+        eod = None
+        if eod_token is not None:
+            eod = self._tokens([eod_token], "add_flat_documents: eod_token")
+        self._write_flat(flat, counts, eod, None if modes is None else as_numpy(modes))
+
+    def _write_flat(self, flat: numpy.ndarray, counts: numpy.ndarray, eod, modes) -> None:
+        modes = self._modes_for(modes, counts.shape[0], "add_documents")
+        if eod is not None:
+            ends = numpy.cumsum(counts + 1) - 1
+            out = numpy.empty(flat.shape[0] + counts.shape[0], dtype=self.dtype)
+            keep = numpy.ones(out.shape[0], dtype=bool)
+            keep[ends] = False
+            out[keep] = flat
+            out[ends] = eod[0]
+            flat, counts = out, counts + 1
+        self._check_lengths(counts, "add_documents")
+        self._file().write(memoryview(numpy.ascontiguousarray(flat)).cast("B"))
+        first = len(self._lengths)
+        self._lengths.extend(counts)
+        if self._modes is not None:
+            self._modes.extend(modes)
+        self._documents.extend(numpy.arange(first + 1, first + counts.shape[0] + 1))
+
+    def add_index(self, path_prefix: str,
+                  progress: Optional[Callable[[int], None]] = None) -> None:
+        """Append every document of the pair at ``path_prefix`` (same dtype and modality).
+
+        ``progress(nbytes)`` is called as the ``.bin`` is copied.
+        """
+        index = IndexFile(get_idx_path(path_prefix), multimodal=None)
+        try:
+            nbytes = self._check_mergeable(index, path_prefix)
+            offset = len(self._lengths)
+            self._lengths.extend(index.lengths)
+            self._documents.extend(offset + index.documents[1:])
+            if self._modes is not None:
+                self._modes.extend(index.modes)
+        finally:
+            index.close()
+        self._copy_bin(get_bin_path(path_prefix), nbytes, progress)
+
+    def _check_mergeable(self, index: IndexFile, path_prefix: str) -> int:
+        theirs = numpy.dtype(index.header.dtype)
+        if theirs != numpy.dtype(self.dtype):
+            raise FormatError(f"{index.path}: cannot merge: its tokens are {theirs.name}, "
+                              f"the builder writes {numpy.dtype(self.dtype).name}")
+        if index.header.sequence_count and index.multimodal != self.multimodal:
+            kind = "multimodal" if index.multimodal else "not multimodal"
+            raise FormatError(f"{index.path}: cannot merge: the dataset is {kind} but the builder "
+                              f"has multimodal={self.multimodal}")
+        itemsize = theirs.itemsize
+        expected = sequence_pointers(index.lengths, itemsize)
+        if not numpy.array_equal(expected, index.pointers):
+            raise FormatError(f"{index.path}: cannot merge: sequence pointers are not contiguous")
+        nbytes = int(index.lengths.sum(dtype=numpy.int64)) * itemsize
+        bin_path = get_bin_path(path_prefix)
+        try:
+            size = os.path.getsize(bin_path)
+        except FileNotFoundError:
+            raise MissingFileError(f"{bin_path}: data file does not exist") from None
+        if size != nbytes:
+            raise FormatError(f"{bin_path}: cannot merge: data file is {size} bytes, its index "
+                              f"describes {nbytes}")
+        return nbytes
+
+    def _copy_bin(self, bin_path: str, nbytes: int, progress) -> None:
+        out = self._file()
+        with open(bin_path, "rb") as source:
+            left = nbytes
+            while left:
+                chunk = source.read(min(_COPY_CHUNK, left))
+                if not chunk:
+                    raise FormatError(f"{bin_path}: data file shrank while it was being merged")
+                out.write(chunk)
+                left -= len(chunk)
+                if progress is not None:
+                    progress(len(chunk))
+
+    # -- finishing ----------------------------------------------------------------------
+    def finalize(self, idx_path: str) -> None:
+        """Write the ``.idx`` and atomically publish the pair under its final names."""
+        idx_path = os.fspath(idx_path)
+        data_file = self._file()
+        count = len(self._lengths)
+        if int(self._documents.last()) != count:
+            raise FormatError(
+                f"{self.bin_path}: {count - int(self._documents.last())} sequence(s) were added "
+                "after the last end_document(); call end_document() before finalize()")
+        data_file.flush()
+        os.fsync(data_file.fileno())
+        data_file.close()
+        tmp_idx = temporary_sibling(idx_path)
+        try:
+            with open(tmp_idx, "wb") as handle:
+                write_index(handle, self.dtype, self._lengths.view(), self._documents.view(),
+                            None if self._modes is None else self._modes.view())
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(idx_path)  # no stale .idx may pair with the new .bin
+            publish(self._tmp_bin, self.bin_path)
+            self._tmp_bin = None
+            publish(tmp_idx, idx_path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_idx)
+            self.abort()
+            raise
+        fsync_dir(idx_path)
+
+    def abort(self) -> None:
+        """Discard everything written so far; the final paths are left untouched."""
+        tmp, self._tmp_bin = self._tmp_bin, None
+        with contextlib.suppress(Exception):
+            self.data_file.close()
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    def __enter__(self) -> "IndexedDatasetBuilder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Leaving the block without ``finalize`` (or on an error) discards the data."""
+        self.abort()
+
+    def __del__(self) -> None:
+        if getattr(self, "_pid", None) == os.getpid() and getattr(self, "_tmp_bin", None):
+            self.abort()
+
+
+__all__ = ["IndexedDatasetBuilder"]
