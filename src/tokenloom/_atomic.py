@@ -18,8 +18,26 @@ def temporary_sibling(path: str | os.PathLike) -> str:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    try:
+        # mkstemp creates 0600; published files get the usual umask-based mode so
+        # that other users and ranks can read them.
+        os.fchmod(fd, 0o666 & ~_UMASK)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     return tmp
+
+
+def _read_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# Read once at import: os.umask is process-wide, so toggling it later could race
+# with other threads creating files.
+_UMASK = _read_umask()
 
 
 def fsync_path(path: str | os.PathLike) -> None:

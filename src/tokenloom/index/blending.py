@@ -1,0 +1,70 @@
+"""Blending indices: which dataset, and which of its samples, feeds each blended sample.
+
+Same output as megatron-core 0.16.1's ``helpers.build_blending_indices`` and
+``helpers.build_exhaustive_blending_indices`` (bit for bit), built by a numba kernel
+when numba is installed and by :mod:`tokenloom.index.reference` otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+import numpy
+
+from tokenloom.index import _jit, _validate, reference
+
+__all__ = ["build_blending_indices", "build_exhaustive_blending_indices"]
+
+
+def build_blending_indices(weights: Any, size: int) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """Interleave datasets so that every prefix of the blend follows ``weights``.
+
+    Args:
+        weights: one float per dataset, each > 0, summing to 1 (normalise first).
+        size: number of blended samples to draw.
+
+    Returns:
+        ``(dataset_index, dataset_sample_index)``: for every blended sample the dataset
+        id (int16) and the running count of samples already taken from that dataset
+        (int64).  Sample ``t`` goes to the dataset with the largest float64 error
+        ``weights[i] * max(t, 1) - count[i]``, the lowest id winning ties.
+
+    Raises:
+        ConfigError: bad weights (not 1-D, not finite, not > 0, not summing to 1, more
+            than 32767 datasets) or a negative / non-integer size.
+    """
+    weights = _validate.blending_weights(weights)
+    size = _validate.as_int(size, "size", minimum=0)
+    fast = _jit.kernels("_blend_fast")
+    if fast is None:
+        return reference.build_blending_indices(weights, size)
+    dataset_index = numpy.empty(size, dtype=numpy.int16)
+    dataset_sample_index = numpy.empty(size, dtype=numpy.int64)
+    fast.blend(weights, dataset_index, dataset_sample_index)
+    return dataset_index, dataset_sample_index
+
+
+def build_exhaustive_blending_indices(sizes: Any) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """Interleave exactly ``sizes[i]`` samples of every dataset ``i``.
+
+    Args:
+        sizes: number of samples of each dataset, each > 0.
+
+    Returns:
+        ``(dataset_index int16, dataset_sample_index int64)`` of length ``sum(sizes)``:
+        the greedy of :func:`build_blending_indices` with weights ``sizes / sum(sizes)``,
+        a dataset dropping out once all its samples are placed.
+
+    Raises:
+        ConfigError: sizes empty, not integers, not > 0, or more than 32767 datasets.
+    """
+    sizes = _validate.exhaustive_sizes(sizes)
+    fast = _jit.kernels("_blend_fast")
+    if fast is None:
+        return reference.build_exhaustive_blending_indices(sizes)
+    total = int(sizes.sum())
+    weights = sizes.astype(numpy.float64) / float(total)
+    dataset_index = numpy.empty(total, dtype=numpy.int16)
+    dataset_sample_index = numpy.empty(total, dtype=numpy.int64)
+    fast.exhaustive(sizes, weights, dataset_index, dataset_sample_index)
+    return dataset_index, dataset_sample_index
