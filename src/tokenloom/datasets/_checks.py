@@ -1,0 +1,139 @@
+"""Field checks used by the dataset configs; each raises ConfigError naming the field."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from typing import List, Mapping, Optional, Sequence, Tuple
+
+import numpy
+
+from tokenloom.errors import ConfigError
+
+OBJECT_STORAGE_SCHEMES = ("s3://", "msc://")
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: object, low: int, high: Optional[int] = None) -> None:
+    """``value`` must be an integer in ``[low, high]``."""
+    if not is_int(value) or value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ConfigError(f"{name}={value!r}: must be an integer {bound}")
+
+
+def check_bool(name: str, value: object, allow_none: bool = False) -> None:
+    """``value`` must be True or False (or None when ``allow_none``)."""
+    if value is None and allow_none:
+        return
+    if not isinstance(value, (bool, numpy.bool_)):
+        raise ConfigError(f"{name}={value!r}: must be True or False")
+
+
+def _attribute(tokenizer: object, name: str) -> object:
+    try:
+        return getattr(tokenizer, name)
+    except (AttributeError, NotImplementedError):
+        raise ConfigError(
+            f"tokenizer {type(tokenizer).__name__} has no usable {name!r}; the GPT datasets "
+            "need vocab_size and eod (e.g. SimpleTokenizer(vocab_size=32000, eod=2))"
+        ) from None
+
+
+def coerce_tokenizer(tokenizer: object) -> object:
+    """Check ``vocab_size``/``eod``; a mapping becomes a :class:`SimpleTokenizer`."""
+    from tokenloom.datasets.config import SimpleTokenizer
+
+    if isinstance(tokenizer, Mapping):
+        unknown = sorted(set(tokenizer) - {"vocab_size", "eod", "pad"})
+        if unknown or "eod" not in tokenizer or "vocab_size" not in tokenizer:
+            raise ConfigError(
+                f"tokenizer={dict(tokenizer)!r}: expected keys vocab_size, eod and optionally pad"
+            )
+        tokenizer = SimpleTokenizer(**tokenizer)
+    vocab_size = _attribute(tokenizer, "vocab_size")
+    if vocab_size is not None and (not is_int(vocab_size) or vocab_size < 1):
+        raise ConfigError(f"tokenizer.vocab_size={vocab_size!r}: must be a positive integer or None")
+    eod = _attribute(tokenizer, "eod")
+    if not is_int(eod) or eod < 0:
+        raise ConfigError(f"tokenizer.eod={eod!r}: must be a non-negative integer token id")
+    pad = getattr(tokenizer, "pad", None) if _has_pad(tokenizer) else None
+    if pad is not None and not is_int(pad):
+        raise ConfigError(f"tokenizer.pad={pad!r}: must be an integer token id or None")
+    return tokenizer
+
+
+def _has_pad(tokenizer: object) -> bool:
+    try:
+        getattr(tokenizer, "pad")
+    except Exception:  # megatron tokenizers raise NotImplementedError for a missing pad
+        return False
+    return True
+
+
+def _check_prefixes(name: str, prefixes: object) -> List[str]:
+    if isinstance(prefixes, (str, bytes)) or not isinstance(prefixes, Sequence) or not prefixes:
+        raise ConfigError(f"{name}: the prefix list {prefixes!r} must be a non-empty list of paths")
+    result = []
+    for prefix in prefixes:
+        if not isinstance(prefix, (str, os.PathLike)) or not os.fspath(prefix):
+            raise ConfigError(f"{name}: prefix {prefix!r} must be a non-empty path string")
+        result.append(os.fspath(prefix))
+    return result
+
+
+def _check_weights(name: str, weights: object, count: int) -> Optional[List[float]]:
+    if weights is None:
+        return None
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise ConfigError(f"{name}: weights {weights!r} must be a list of numbers or None")
+    if len(weights) != count:
+        raise ConfigError(
+            f"{name}: {count} prefixes but {len(weights)} weights; blend prefixes and weights "
+            "must be equal in number"
+        )
+    for weight in weights:
+        if not is_real(weight) or not math.isfinite(weight) or weight <= 0:
+            raise ConfigError(
+                f"{name}: weight {weight!r} must be a finite number > 0; remove a prefix "
+                "instead of giving it weight 0"
+            )
+    return list(weights)
+
+
+def check_blend(name: str, blend: object) -> Tuple[List[str], Optional[List[float]]]:
+    """A blend is ``(prefixes, weights or None)``; returns it with lists inside."""
+    looks_flat = isinstance(blend, Sequence) and all(isinstance(b, str) for b in blend)
+    if isinstance(blend, (str, bytes)) or looks_flat or not isinstance(blend, Sequence) \
+            or len(blend) != 2:
+        raise ConfigError(
+            f"{name}={blend!r}: expected (prefixes, weights or None), e.g. "
+            "(['path/a', 'path/b'], [0.3, 0.7]); convert a flat list such as "
+            "['30', 'path/a', '70', 'path/b'] with get_blend_from_list"
+        )
+    prefixes = _check_prefixes(name, blend[0])
+    return prefixes, _check_weights(name, blend[1], len(prefixes))
+
+
+def check_object_storage(config: object) -> None:
+    """s3:// and msc:// prefixes need an ``.idx`` cache directory and no mmap."""
+    remote = [p for p in config.prefixes() if p.startswith(OBJECT_STORAGE_SCHEMES)]
+    if not remote:
+        return
+    if config.object_storage_cache_path is None:
+        raise ConfigError(
+            f"prefix {remote[0]!r} is in object storage: set object_storage_cache_path to a "
+            "local directory for its .idx files"
+        )
+    if config.mmap_bin_files:
+        raise ConfigError(
+            f"prefix {remote[0]!r} is in object storage and cannot be mmapped: set "
+            "mmap_bin_files=False"
+        )

@@ -1,0 +1,108 @@
+"""How a GPTDataset's document, sample and shuffle indices are sized and built.
+
+Pure functions of (sequence lengths, exposed documents, sample count, config): the
+epoch count, the separate-final-epoch rule (final epoch shuffled on its own when it
+holds under 80% of an epoch's samples), the sample count that ``len()`` reports
+without building anything, and the build itself (megatron-core 0.16.1 order of RNG
+draws: document index, then shuffle index, from one ``RandomState(random_seed)``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy
+
+from tokenloom.errors import ConfigError
+
+__all__ = ["EpochPlan", "plan_epochs", "count_samples", "build_indices"]
+
+SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
+
+
+def count_samples(total_tokens: int, sequence_length: int, extra: int, drop_last: bool) -> int:
+    """Samples in ``total_tokens`` exactly as helpers.cpp counts them (float32 ceil)."""
+    numerator = total_tokens - extra
+    if drop_last:
+        return numerator // sequence_length
+    return int(math.ceil(numpy.float32(numerator) / numpy.float32(sequence_length)))
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """Sizes that decide the indices of one GPTDataset split."""
+
+    tokens_per_epoch: int
+    num_epochs: int
+    separate_final_epoch: bool
+    num_samples_sans_final_epoch: int
+    drop_last_partial_sequence: bool
+
+    def total_samples(self, sequence_length: int, extra: int) -> int:
+        """``len(dataset)``, computed without building the sample index."""
+        return count_samples(self.num_epochs * self.tokens_per_epoch, sequence_length, extra,
+                             self.drop_last_partial_sequence)
+
+
+def _check_nonempty(indices: numpy.ndarray, tokens_per_epoch: int, where: str) -> None:
+    if indices.size == 0 or tokens_per_epoch <= 1:
+        raise ConfigError(
+            f"{where}: the split holds {indices.size} documents with {tokens_per_epoch} "
+            "tokens, so it cannot give any sample (megatron-core would loop forever or "
+            "abort); change the split weights so this split gets documents, or give it "
+            "weight 0 so that it is not built"
+        )
+
+
+def _separate_final_epoch(num_samples: int, tokens: int, epochs: int, seq: int,
+                          extra: int, where: str) -> Tuple[bool, int]:
+    sans_final = ((epochs - 1) * tokens - extra) // seq
+    from_final = num_samples - sans_final
+    per_epoch = (tokens - extra) // seq
+    if from_final < 0 or from_final > per_epoch + 1:  # megatron asserts these
+        raise ConfigError(
+            f"{where}: inconsistent epoch plan ({from_final} samples from the final epoch, "
+            f"{per_epoch} per epoch); this needs sequences longer than sequence_length"
+        )
+    return from_final < int(SEPARATE_FINAL_EPOCH_THRESHOLD * per_epoch), sans_final
+
+
+def plan_epochs(sequence_lengths: numpy.ndarray, indices: numpy.ndarray,
+                num_samples: Optional[int], sequence_length: int, extra: int,
+                drop_last_partial_sequence: bool, where: str) -> EpochPlan:
+    """Epoch count and final-epoch rule; raises ConfigError on an empty split."""
+    from tokenloom.index import num_epochs_needed
+
+    indices = numpy.asarray(indices)
+    tokens = int(numpy.sum(sequence_lengths[indices], dtype=numpy.int64)) if indices.size else 0
+    _check_nonempty(indices, tokens, where)
+    epochs = 1 if num_samples is None else num_epochs_needed(
+        tokens, num_samples, sequence_length, extra)
+    separate, sans_final = False, 0
+    if epochs > 1:
+        separate, sans_final = _separate_final_epoch(
+            num_samples, tokens, epochs, sequence_length, extra, where)
+    return EpochPlan(tokens, epochs, separate, sans_final, drop_last_partial_sequence)
+
+
+def build_indices(sequence_lengths: numpy.ndarray, indices: numpy.ndarray, plan: EpochPlan,
+                  sequence_length: int, extra: int, random_seed: int
+                  ) -> Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
+    """``(document_index, sample_index, shuffle_index)`` as megatron-core builds them."""
+    from tokenloom.index import build_document_index, build_sample_index, build_shuffle_index
+
+    random_state = numpy.random.RandomState(random_seed)
+    document_index = build_document_index(indices, plan.num_epochs, random_state,
+                                          plan.separate_final_epoch)
+    lengths = numpy.asarray(sequence_lengths)
+    if document_index.shape[0] * 2 > lengths.shape[0]:
+        lengths = numpy.array(lengths)  # dense access: read the mmap sequentially once
+    sample_index = build_sample_index(lengths, document_index, sequence_length, plan.num_epochs,
+                                      plan.tokens_per_epoch, plan.drop_last_partial_sequence,
+                                      extra)
+    total = sample_index.shape[0] - 1
+    first = plan.num_samples_sans_final_epoch if plan.separate_final_epoch else total
+    shuffle_index = build_shuffle_index(first, total, random_state)
+    return document_index, sample_index, shuffle_index

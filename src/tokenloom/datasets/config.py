@@ -1,0 +1,298 @@
+"""Dataset configs with megatron-core 0.16.1's field names, validated on construction.
+
+``BlendedMegatronDatasetConfig`` parameterises the builder and every dataset;
+``GPTDatasetConfig`` adds the GPT sample options. Field names, defaults and the
+derived fields (``split_matrix``, ``mock``, ``token_dtype_code``) are Megatron's, so
+migrating is a change of imports. Unlike Megatron, every rule is checked in
+``__post_init__`` and broken ones raise :class:`~tokenloom.errors.ConfigError` saying
+which field to change (Megatron asserts, or hangs, or fails much later).
+
+The tokenizer may be any object with ``vocab_size`` and ``eod`` (optionally ``pad``
+and ``unique_identifiers``) or a mapping such as ``{"vocab_size": 32000, "eod": 2}``,
+which becomes a :class:`SimpleTokenizer`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from tokenloom.datasets import _checks as checks
+from tokenloom.datasets.split import (
+    Split,
+    convert_split_vector_to_split_matrix,
+    parse_and_normalize_split,
+)
+from tokenloom.datasets.utils import get_blend_from_list, load_sequences_per_dataset
+from tokenloom.errors import ConfigError
+
+__all__ = [
+    "BlendedMegatronDatasetConfig",
+    "GPTDatasetConfig",
+    "SimpleTokenizer",
+    "parse_and_normalize_split",
+    "convert_split_vector_to_split_matrix",
+    "get_blend_from_list",
+]
+
+
+@dataclass(frozen=True)
+class SimpleTokenizer:
+    """The special-token facts the GPT datasets need, when no real tokenizer is at hand."""
+
+    vocab_size: Optional[int]
+    """Number of token ids (``None`` if unknown; then ``token_dtype_code`` is ``None``)."""
+
+    eod: int
+    """The end-of-document token id."""
+
+    pad: Optional[int] = None
+    """The pad token id, or ``None`` for no pad token (samples are then padded with -1)."""
+
+    @property
+    def unique_identifiers(self) -> "OrderedDict[str, object]":
+        """What identifies this tokenizer in a cache description."""
+        return OrderedDict(
+            [("class", type(self).__name__), ("vocab_size", self.vocab_size),
+             ("eod", self.eod), ("pad", self.pad)]
+        )
+
+
+@dataclass
+class BlendedMegatronDatasetConfig:
+    """Configuration of the builder and of every Megatron-style dataset."""
+
+    random_seed: int
+    """The seed for all RNG during dataset creation (0 <= seed < 2**32)."""
+
+    sequence_length: int
+    """The sequence length (tokens per sample, >= 1)."""
+
+    blend: Optional[Tuple[List[str], Optional[List[float]]]] = None
+    """``(prefixes, weights or None)``, e.g. ``(["a", "b"], [0.3, 0.7])``. Without weights
+    they are inferred from dataset lengths. Not with ``blend_per_split``."""
+
+    blend_per_split: Optional[List[Optional[Tuple[List[str], Optional[List[float]]]]]] = None
+    """One blend (or ``None``) per split, train/valid/test. Not with ``blend``/``split``."""
+
+    multiple_validation_sets: Optional[bool] = None
+    """Treat each validation prefix of ``blend_per_split`` as a separate dataset."""
+
+    full_validation: Optional[bool] = None
+    """Run a full epoch of validation each time validation occurs."""
+
+    split: Optional[str] = None
+    """Comma separated split weights such as ``"98,2,0"`` (needed with ``blend``)."""
+
+    split_matrix: Optional[List[Optional[Tuple[float, float]]]] = field(init=False, default=None)
+    """Derived from ``split``: per split ``(begin, end)`` fractions or ``None``."""
+
+    num_dataset_builder_threads: int = 1
+    """Threads used to build the datasets of a blend."""
+
+    path_to_cache: Optional[str] = None
+    """Directory of the index cache. ``None``: ``<prefix>/cache/<Class>_indices``."""
+
+    mmap_bin_files: bool = True
+    """mmap the ``.bin`` files (True) or read them with file pointers (False)."""
+
+    mock: bool = field(init=False, default=False)
+    """Derived: True when neither ``blend`` nor ``blend_per_split`` gives data."""
+
+    tokenizer: Optional[object] = None
+    """The tokenizer (``vocab_size``, ``eod``, optional ``pad``/``unique_identifiers``)."""
+
+    mid_level_dataset_surplus: float = 0.005
+    """Extra fraction of samples built per mid-level dataset of a weighted blend."""
+
+    allow_ambiguous_pad_tokens: Optional[bool] = False
+    """Keep masking the tokenizer's pad id even when it equals another special token."""
+
+    fast_cache_load: bool = False
+    """Assume every index cache exists: skip existence checks and rank synchronisation."""
+
+    defer_npy_index_mmap: bool = False
+    """mmap cached indices at first access; ``len()`` is computed arithmetically."""
+
+    def __post_init__(self) -> None:
+        """Validate every field and derive ``mock`` and ``split_matrix``."""
+        checks.check_int("random_seed", self.random_seed, 0, 2**32 - 1)
+        checks.check_int("sequence_length", self.sequence_length, 1)
+        checks.check_int("num_dataset_builder_threads", self.num_dataset_builder_threads, 1)
+        self._check_scalars()
+        if self.path_to_cache is not None:
+            self.path_to_cache = os.fspath(self.path_to_cache)
+        if self.tokenizer is not None:
+            self.tokenizer = checks.coerce_tokenizer(self.tokenizer)
+        self._check_fast_paths()
+        if self.blend_per_split is not None and any(self.blend_per_split):
+            self._check_blend_per_split()
+        else:
+            self._check_blend_and_split()
+
+    def _check_scalars(self) -> None:
+        surplus = self.mid_level_dataset_surplus
+        if not checks.is_real(surplus) or not math.isfinite(surplus) or surplus < 0:
+            raise ConfigError(
+                f"mid_level_dataset_surplus={surplus!r}: must be a finite number >= 0 "
+                "(default 0.005)"
+            )
+        for name in ("mmap_bin_files", "fast_cache_load", "defer_npy_index_mmap"):
+            checks.check_bool(name, getattr(self, name))
+        for name in ("multiple_validation_sets", "full_validation", "allow_ambiguous_pad_tokens"):
+            checks.check_bool(name, getattr(self, name), allow_none=True)
+
+    def _check_fast_paths(self) -> None:
+        if self.fast_cache_load and self.path_to_cache is None:
+            raise ConfigError(
+                "fast_cache_load=True needs path_to_cache: set path_to_cache to the directory "
+                "holding the prepared index cache (tokenloom prepare-cache) or disable it"
+            )
+        if self.fast_cache_load and self.blend is not None:
+            raise ConfigError(
+                "fast_cache_load=True cannot be used with blend; give the data as "
+                "blend_per_split (one blend per train/valid/test) instead"
+            )
+        if self.defer_npy_index_mmap and self.path_to_cache is None:
+            raise ConfigError(
+                "defer_npy_index_mmap=True needs path_to_cache: set it to the directory "
+                "holding the prepared index cache or disable defer_npy_index_mmap"
+            )
+
+    def _check_blend_per_split(self) -> None:
+        if self.blend is not None:
+            raise ConfigError("blend and blend_per_split are incompatible; give only one")
+        if self.split is not None:
+            raise ConfigError(
+                "split and blend_per_split are incompatible: each split already has its own "
+                "blend; remove split"
+            )
+        if len(self.blend_per_split) != len(Split):
+            raise ConfigError(
+                f"blend_per_split has {len(self.blend_per_split)} entries; it needs exactly "
+                f"{len(Split)} (train, valid, test), None for a split without data"
+            )
+        self.blend_per_split = [
+            None if blend is None else checks.check_blend(f"blend_per_split[{split.name}]", blend)
+            for split, blend in zip(Split, self.blend_per_split)
+        ]
+
+    def _check_blend_and_split(self) -> None:
+        if self.blend is not None:
+            self.blend = checks.check_blend("blend", self.blend)
+            if self.split is None:
+                raise ConfigError(
+                    "split must be given with blend, e.g. split='98,2,0' (train,valid,test)"
+                )
+        else:
+            self.mock = True
+            self.split = "1,1,1"
+        self.split_matrix = convert_split_vector_to_split_matrix(
+            parse_and_normalize_split(self.split)
+        )
+
+    def prefixes(self) -> List[str]:
+        """Every dataset prefix named by ``blend`` or ``blend_per_split`` (in order)."""
+        blends = [self.blend] if self.blend is not None else list(self.blend_per_split or [])
+        return [prefix for blend in blends if blend is not None for prefix in blend[0]]
+
+
+@dataclass
+class GPTDatasetConfig(BlendedMegatronDatasetConfig):
+    """Configuration of GPT datasets (megatron-core's ``GPTDatasetConfig``)."""
+
+    reset_position_ids: Optional[bool] = None
+    """Restart position ids after every EOD token (must be set to True or False)."""
+
+    reset_attention_mask: Optional[bool] = None
+    """Stop attention across EOD tokens (must be set to True or False)."""
+
+    eod_mask_loss: Optional[bool] = None
+    """Zero the loss mask on EOD tokens (must be set to True or False)."""
+
+    create_attention_mask: bool = True
+    """Return the ``[1, seq, seq]`` boolean ``attention_mask`` (True = masked)."""
+
+    drop_last_partial_validation_sequence: bool = True
+    """Drop the last partial sample of the valid split (else it is padded)."""
+
+    add_extra_token_to_sequence: bool = True
+    """Draw ``sequence_length + 1`` tokens so tokens and labels are both full length."""
+
+    object_storage_cache_path: Optional[str] = None
+    """Local directory caching ``.idx`` files of s3:// or msc:// datasets."""
+
+    data_parallel_size: int = 1
+    """Data parallel size (kept for Megatron compatibility)."""
+
+    sequence_parallel_size: int = 0
+    """Sequence parallel size under TP, 0 when disabled (Megatron compatibility)."""
+
+    hybrid_context_parallel: bool = False
+    """Hybrid context parallelism flag (Megatron compatibility)."""
+
+    sequences_per_dataset: Optional[Dict[str, Tuple[int, int]]] = None
+    """``{prefix: (sequence_count, document_count)}`` or the path of such a JSON file;
+    start-up then opens one file instead of reading every ``.idx`` header."""
+
+    token_dtype_code: Optional[int] = field(init=False, default=None)
+    """Derived: 4 (int32) when ``vocab_size > 65536``, 8 (uint16) otherwise, None if unknown."""
+
+    context_parallel_size: Optional[int] = None
+    """Context parallel size, used for padding packed sequences."""
+
+    return_cu_seqlens: bool = False
+    """tokenloom extension: add ``cu_seqlens`` (int32 document boundaries within the
+    sample, from 0 to seq length) and ``max_seqlen`` (int32 scalar) to each sample for
+    variable-length attention."""
+
+    def __post_init__(self) -> None:
+        """Validate the GPT fields and derive ``token_dtype_code``."""
+        super().__post_init__()
+        if self.tokenizer is None:
+            raise ConfigError(
+                "GPTDatasetConfig needs a tokenizer (it supplies eod and vocab_size): pass "
+                "tokenizer=SimpleTokenizer(vocab_size=..., eod=...) or your tokenizer"
+            )
+        for name in ("reset_position_ids", "reset_attention_mask", "eod_mask_loss"):
+            if getattr(self, name) is None:
+                raise ConfigError(f"{name} must be set to True or False (it is None)")
+            checks.check_bool(name, getattr(self, name))
+        for name in ("create_attention_mask", "drop_last_partial_validation_sequence",
+                     "add_extra_token_to_sequence", "hybrid_context_parallel",
+                     "return_cu_seqlens"):
+            checks.check_bool(name, getattr(self, name))
+        checks.check_int("data_parallel_size", self.data_parallel_size, 1)
+        checks.check_int("sequence_parallel_size", self.sequence_parallel_size, 0)
+        if self.context_parallel_size is not None:
+            checks.check_int("context_parallel_size", self.context_parallel_size, 1)
+        vocab_size = self.tokenizer.vocab_size
+        self.token_dtype_code = None if vocab_size is None else (4 if vocab_size > 65536 else 8)
+        self._check_sequences_per_dataset()
+        checks.check_object_storage(self)
+
+    def _check_sequences_per_dataset(self) -> None:
+        if self.sequences_per_dataset is None:
+            return
+        if self.token_dtype_code is None:
+            raise ConfigError(
+                "sequences_per_dataset needs the tokenizer's vocab_size (it is None); fix the "
+                "tokenizer or drop sequences_per_dataset"
+            )
+        self.sequences_per_dataset = load_sequences_per_dataset(self.sequences_per_dataset)
+        missing = [p for p in self.prefixes() if p not in self.sequences_per_dataset]
+        if missing:
+            raise ConfigError(
+                f"sequences_per_dataset has no entry for {missing[:5]}; regenerate it with "
+                "`tokenloom build-sequences-per-dataset` for this blend"
+            )
+
+    def sequences_for(self, dataset_path: Optional[str]) -> Optional[Tuple[int, int]]:
+        """The ``(sequence_count, document_count)`` given for ``dataset_path``, if any."""
+        if not self.sequences_per_dataset or dataset_path is None:
+            return None
+        return self.sequences_per_dataset.get(dataset_path)
+

@@ -1,0 +1,163 @@
+"""``MegatronDataset``: the base of the mid-level datasets (GPTDataset, ...).
+
+It records what identifies a dataset (megatron-core's ``unique_identifiers``,
+``unique_description`` and ``unique_description_hash``, byte for byte) and resolves the
+pad token id. ``cache_identifiers`` extends Megatron's identifiers with every other
+input that shapes the cached indices; it is what :mod:`tokenloom.cache` keys on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional
+
+import numpy
+
+from tokenloom.datasets.config import BlendedMegatronDatasetConfig
+from tokenloom.datasets.split import Split
+from tokenloom.errors import ConfigError
+
+__all__ = ["MegatronDataset", "PAD_TOKEN_ID", "resolve_pad_token_id", "tokenizer_identity"]
+
+PAD_TOKEN_ID = -1
+"""Pad id used when the tokenizer has none: guaranteed absent from token data."""
+
+try:  # torch is optional: subclass its Dataset when present, as megatron-core does
+    from torch.utils.data import Dataset as _TorchDataset
+except ImportError:  # pragma: no cover - exercised only without torch
+    _TorchDataset = object
+
+
+class MegatronDataset(ABC, _TorchDataset):
+    """Mid-level dataset over a low-level dataset (megatron-core's MegatronDataset).
+
+    Args:
+        dataset: the low-level dataset (an ``IndexedDataset`` or a mock).
+        dataset_path: the real path prefix on disk, for bookkeeping (None for mocks).
+        indices: the element (document) ids this split exposes, or None under
+            ``fast_cache_load`` (then the indices must come from the cache).
+        num_samples: the minimum number of samples to build; None for one epoch.
+        index_split: the split these indices belong to.
+        config: the config.
+    """
+
+    def __init__(self, dataset: Any, dataset_path: Optional[str], indices: Optional[numpy.ndarray],
+                 num_samples: Optional[int], index_split: Split,
+                 config: BlendedMegatronDatasetConfig) -> None:
+        if not isinstance(index_split, Split):
+            raise ConfigError(f"index_split={index_split!r}: must be a tokenloom Split member")
+        if num_samples is not None and (
+            isinstance(num_samples, bool) or not isinstance(num_samples, (int, numpy.integer))
+            or num_samples < 0
+        ):
+            raise ConfigError(f"num_samples={num_samples!r}: must be None or an integer >= 0")
+        self.dataset = dataset
+        self.dataset_path = dataset_path
+        self.indices = indices
+        self.num_samples = None if num_samples is None else int(num_samples)
+        self.index_split = index_split
+        self.config = config
+
+        self.unique_identifiers: "OrderedDict[str, Any]" = OrderedDict()
+        self.unique_identifiers["class"] = type(self).__name__
+        self.unique_identifiers["dataset_path"] = self.dataset_path
+        self.unique_identifiers["num_samples"] = self.num_samples
+        self.unique_identifiers["index_split"] = self.index_split.name
+        for attr in self._key_config_attributes():
+            self.unique_identifiers[attr] = getattr(self.config, attr)
+        self.unique_description = json.dumps(
+            self.unique_identifiers, indent=4, default=_megatron_default
+        )
+        self.unique_description_hash = hashlib.md5(
+            self.unique_description.encode("utf-8"), usedforsecurity=False
+        ).hexdigest()
+        self._pad_token_id = resolve_pad_token_id(config.tokenizer, config.allow_ambiguous_pad_tokens)
+
+    @property
+    def cache_identifiers(self) -> "OrderedDict[str, Any]":
+        """Megatron's identifiers plus every other input that shapes the indices."""
+        return OrderedDict(self.unique_identifiers)
+
+    @staticmethod
+    def numel_low_level_dataset(low_level_dataset: Any) -> int:
+        """Number of elements of the low-level dataset that splits are cut from."""
+        raise NotImplementedError
+
+    @staticmethod
+    def build_low_level_dataset(dataset_path: str, config: BlendedMegatronDatasetConfig) -> Any:
+        """Open the low-level dataset at ``dataset_path``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _key_config_attributes() -> List[str]:
+        """Config attributes in megatron-core's description (and cache key)."""
+        return ["random_seed", "sequence_length", "split", "split_matrix", "tokenizer"]
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of samples."""
+
+    @abstractmethod
+    def __getitem__(self, idx: Optional[int]) -> Dict[str, numpy.ndarray]:
+        """One sample as a dict of arrays."""
+
+
+def tokenizer_identity(tokenizer: Any) -> Any:
+    """``tokenizer.unique_identifiers`` (megatron-core's rule), else a stable summary of
+    the ids the datasets use."""
+    identifiers = getattr(tokenizer, "unique_identifiers", None)
+    if identifiers is not None or tokenizer is None:
+        return identifiers
+    summary = OrderedDict([("class", type(tokenizer).__name__)])
+    for name in ("vocab_size", "eod", "pad"):
+        try:
+            summary[name] = getattr(tokenizer, name)
+        except Exception:  # megatron tokenizers raise NotImplementedError for absent ids
+            summary[name] = None
+    return summary
+
+
+def _megatron_default(obj: Any) -> Any:
+    """JSON fallback of the megatron-compatible description."""
+    if isinstance(obj, numpy.generic):
+        return obj.item()
+    return tokenizer_identity(obj)
+
+
+def _special_tokens(tokenizer: Any) -> list:
+    try:
+        tokens = [v for k, v in tokenizer.special_tokens_dict.items() if k != "pad_token"]
+    except (AttributeError, IndexError, ValueError, NotImplementedError):
+        tokens = []
+    if not tokens:
+        for name in ("eos", "eod"):
+            try:
+                tokens.append(getattr(tokenizer, name))
+            except (AttributeError, NotImplementedError):
+                pass
+    return tokens
+
+
+def resolve_pad_token_id(tokenizer: Any, allow_ambiguous: Optional[bool]) -> int:
+    """The pad id samples use: the tokenizer's, or -1 when it has none or it collides
+    with another special token (unless ``allow_ambiguous``), as megatron-core does."""
+    try:
+        pad = tokenizer.pad
+    except Exception:
+        pad = None
+    if pad is None:
+        return PAD_TOKEN_ID
+    if pad in _special_tokens(tokenizer):
+        if allow_ambiguous:
+            warnings.warn("The pad token id collides with another special token id; it is "
+                          "still masked because allow_ambiguous_pad_tokens=True.", stacklevel=3)
+            return int(pad)
+        warnings.warn("The pad token id collides with another special token id; pad tokens "
+                      "present in the data will not be masked. Use a tokenizer with a unique "
+                      "pad id to silence this.", stacklevel=3)
+        return PAD_TOKEN_ID
+    return int(pad)
