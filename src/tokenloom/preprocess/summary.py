@@ -1,0 +1,113 @@
+"""What a preprocess run did: counts per output, skipped records by reason, throughput."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+import numpy
+
+from tokenloom.preprocess.records import skipped_labels
+
+
+@dataclass
+class OutputStats:
+    """One output pair (one JSON key)."""
+
+    key: str
+    path_prefix: str
+    documents: int = 0
+    tokens: int = 0
+
+
+@dataclass
+class PreprocessSummary:
+    """Counts and timing of a run; :meth:`lines` renders the report the CLI prints."""
+
+    files: int
+    dtype: str
+    workers: int
+    outputs: Dict[str, OutputStats]
+    line_count: int = 0
+    blank_lines: int = 0
+    nbytes: int = 0
+    disk_bytes: int = 0
+    seconds: float = 0.0
+    worker_cpu_seconds: float = 0.0  # CPU of worker processes on chunks (0 with one worker)
+    skipped: Counter = field(default_factory=Counter)  # (reason, key) -> count
+
+    @property
+    def documents(self) -> int:
+        """Documents written, all outputs together."""
+        return sum(out.documents for out in self.outputs.values())
+
+    @property
+    def tokens(self) -> int:
+        """Tokens written (end-of-document tokens included), all outputs together."""
+        return sum(out.tokens for out in self.outputs.values())
+
+    @property
+    def skipped_total(self) -> int:
+        """Records (or single keys of records) skipped by a ``skip`` policy."""
+        return sum(self.skipped.values())
+
+    @property
+    def megabytes_per_second(self) -> float:
+        """Uncompressed input MB (10^6 bytes) per second."""
+        return self.nbytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens written per second."""
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def add(self, chunk) -> None:
+        """Count an encoded chunk that has been written."""
+        self.line_count += chunk.line_count
+        self.blank_lines += chunk.blank_lines
+        self.nbytes += chunk.nbytes
+        self.disk_bytes += chunk.disk_bytes
+        self.worker_cpu_seconds += chunk.worker_cpu_seconds
+        self.skipped.update(chunk.skipped)
+
+    def skipped_text(self) -> str:
+        """E.g. ``skipped: 2 malformed JSON lines, 1 record without key 'text'``, or ``none``."""
+        parts = [f"{count:,} {label}" for label, count in skipped_labels(self.skipped)]
+        if self.blank_lines:
+            parts.append(f"{self.blank_lines:,} blank line{'s' * (self.blank_lines != 1)}")
+        return "skipped: " + (", ".join(parts) if parts else "none")
+
+    def lines(self) -> List[str]:
+        """The report: one row per output, the skip counts, then the totals line."""
+        width = max(len(out.path_prefix) for out in self.outputs.values())
+        rows = [f"  {out.path_prefix:<{width}}  {self.dtype:<6} {out.documents:>12,} documents "
+                f"{out.tokens:>14,} tokens" for out in self.outputs.values()]
+        rows.append(f"  {self.skipped_text()}")
+        rows.append(
+            f"done: {self.documents:,} documents, {self.tokens:,} tokens from {self.line_count:,} "
+            f"lines in {self.files} file{'s' * (self.files != 1)}, {self.seconds:.2f} s "
+            f"({self.megabytes_per_second:.1f} MB/s, {self.tokens_per_second:,.0f} tokens/s, "
+            f"{self.workers} worker{'s' * (self.workers != 1)})")
+        return rows
+
+    def as_dict(self) -> dict:
+        """JSON-ready form (used by the benchmark)."""
+        return {
+            "files": self.files, "documents": self.documents, "tokens": self.tokens,
+            "lines": self.line_count, "blank_lines": self.blank_lines, "bytes": self.nbytes,
+            "seconds": self.seconds, "worker_cpu_seconds": self.worker_cpu_seconds,
+            "mb_per_s": self.megabytes_per_second,
+            "tokens_per_s": self.tokens_per_second, "workers": self.workers, "dtype": self.dtype,
+            "skipped": {label: count for label, count in skipped_labels(self.skipped)},
+            "outputs": {key: {"path_prefix": out.path_prefix, "documents": out.documents,
+                              "tokens": out.tokens} for key, out in self.outputs.items()},
+        }
+
+
+def dtype_name(dtype) -> str:
+    """``uint16`` for ``numpy.uint16`` etc."""
+    return numpy.dtype(dtype).name
+
+
+__all__ = ["OutputStats", "PreprocessSummary", "dtype_name"]

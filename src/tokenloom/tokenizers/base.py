@@ -1,0 +1,162 @@
+"""The tokenizer protocol shared by ``tokenloom preprocess``, the demo and the datasets.
+
+A tokenizer is anything with ``vocab_size``, ``eod``, ``pad`` (``None`` when the
+vocabulary has no padding token), ``unique_identifiers`` (a JSON-serialisable dict
+that goes into index-cache descriptions, as in megatron-core) and the two methods
+``encode_batch(texts) -> list of int arrays`` and ``decode(ids) -> str``.  Such an
+object can be passed as ``tokenizer`` to :class:`tokenloom.datasets.GPTDatasetConfig`.
+
+:class:`BaseTokenizer` implements the protocol on top of one hook,
+``_encode_lists(texts) -> list of lists of ids``, which each backend maps onto its
+library's batch fast path.  It adds :meth:`BaseTokenizer.encode_batch_flat`, the
+form the preprocessing pipeline uses (one flat array plus per-document lengths),
+megatron-style aliases (``tokenize``, ``detokenize``, ``eos``,
+``unique_description``) and pickling that reloads the tokenizer from its file, so
+tokenizers travel to worker processes and data-loader workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+
+import numpy
+
+from tokenloom.errors import TokenizerError
+
+# ids are produced as int32: every vocabulary in use fits, and it halves memory vs int64
+ID_DTYPE = numpy.int32
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What tokenloom needs from a tokenizer (see the module docstring)."""
+
+    vocab_size: int
+    eod: Optional[int]
+    pad: Optional[int]
+    unique_identifiers: Dict[str, Any]
+
+    def encode_batch(self, texts: Sequence[str]) -> List[numpy.ndarray]:
+        """Encode each text to a 1-D integer array (no special tokens added)."""
+
+    def decode(self, ids) -> str:
+        """Turn ids back into text."""
+
+
+def file_sha256(path: str) -> str:
+    """Hex SHA-256 of a file's bytes (identifies a tokenizer model in cache descriptions)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_model_file(path: str, kind: str, hint: str) -> str:
+    """Return the absolute path of an existing tokenizer file or raise TokenizerError."""
+    path = os.path.abspath(os.fspath(path))
+    if not os.path.isfile(path):
+        raise TokenizerError(f"{kind} tokenizer file {path} does not exist; {hint}")
+    return path
+
+
+def lists_to_flat(id_lists: List[List[int]]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """Concatenate id lists into (flat int32 array, int64 lengths), no Python loop per id."""
+    lengths = numpy.fromiter(map(len, id_lists), dtype=numpy.int64, count=len(id_lists))
+    flat = numpy.empty(int(lengths.sum()), dtype=ID_DTYPE)
+    start = 0
+    for ids in id_lists:  # slice assignment converts a whole list in C
+        stop = start + len(ids)
+        flat[start:stop] = ids
+        start = stop
+    return flat, lengths
+
+
+def split_flat(flat: numpy.ndarray, lengths: numpy.ndarray) -> List[numpy.ndarray]:
+    """Views of ``flat`` cut at ``lengths`` (the inverse of :func:`lists_to_flat`)."""
+    if lengths.shape[0] == 0:
+        return []
+    return numpy.split(flat, numpy.cumsum(lengths[:-1]))
+
+
+class BaseTokenizer:
+    """Common machinery; subclasses set the attributes and implement ``_encode_lists``/``decode``.
+
+    Subclasses call ``_finish_init(init_kwargs, identifiers)`` at the end of ``__init__``.
+    """
+
+    vocab_size: int
+    eod: Optional[int] = None
+    pad: Optional[int] = None
+    unique_identifiers: Dict[str, Any]
+
+    # -- encoding ---------------------------------------------------------------------
+    def _encode_lists(self, texts: Sequence[str]) -> List[List[int]]:
+        raise NotImplementedError
+
+    def encode_batch_flat(self, texts: Sequence[str]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+        """Encode ``texts`` through the library's batch path: (flat int32 ids, int64 lengths)."""
+        return lists_to_flat(self._encode_lists(list(texts)))
+
+    def encode_batch(self, texts: Sequence[str]) -> List[numpy.ndarray]:
+        """Encode each text to a 1-D int32 array (no special tokens added)."""
+        flat, lengths = self.encode_batch_flat(texts)
+        return split_flat(flat, lengths)
+
+    def encode(self, text: str) -> numpy.ndarray:
+        """Encode one text."""
+        return self.encode_batch([text])[0]
+
+    def decode(self, ids) -> str:
+        raise NotImplementedError
+
+    @staticmethod
+    def _id_list(ids) -> List[int]:
+        return [int(i) for i in numpy.asarray(ids).reshape(-1)]
+
+    # -- megatron-style aliases ---------------------------------------------------------
+    def tokenize(self, text: str) -> numpy.ndarray:
+        """Alias of :meth:`encode` (megatron's tokenizer method name)."""
+        return self.encode(text)
+
+    def detokenize(self, ids) -> str:
+        """Alias of :meth:`decode` (megatron's tokenizer method name)."""
+        return self.decode(ids)
+
+    @property
+    def eos(self) -> Optional[int]:
+        """The end-of-document id under megatron's other name."""
+        return self.eod
+
+    @property
+    def unique_description(self) -> str:
+        """``unique_identifiers`` as indented JSON, as megatron tokenizers expose it."""
+        return json.dumps(self.unique_identifiers, indent=4)
+
+    # -- construction, pickling, display -------------------------------------------------
+    def _finish_init(self, init_kwargs: Dict[str, Any], identifiers: Dict[str, Any]) -> None:
+        self._init_kwargs = dict(init_kwargs)
+        ids = OrderedDict(identifiers)
+        ids["vocab_size"] = int(self.vocab_size)
+        ids["eod"] = self.eod
+        ids["pad"] = self.pad
+        self.unique_identifiers = ids
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"init_kwargs": self._init_kwargs}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(**state["init_kwargs"])
+
+    def __repr__(self) -> str:
+        path = self.unique_identifiers.get("tokenizer_path")
+        parts = [repr(path[0])] if path else []
+        parts += [f"vocab_size={self.vocab_size}", f"eod={self.eod}", f"pad={self.pad}"]
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+__all__ = ["Tokenizer", "BaseTokenizer", "ID_DTYPE", "file_sha256", "check_model_file",
+           "lists_to_flat", "split_flat"]

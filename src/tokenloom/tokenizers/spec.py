@@ -1,0 +1,104 @@
+"""Turn a ``--tokenizer`` spec into a tokenizer object.
+
+Accepted specs::
+
+    bytes                        the built-in byte tokenizer (no files, no libraries)
+    hf:PATH                      Hugging Face tokenizer.json (or a folder holding one)
+    tiktoken:PATH                a .tiktoken BPE file
+    tiktoken:NAME                a built-in tiktoken encoding already in tiktoken's cache
+    sentencepiece:PATH           a SentencePiece .model (alias: spm:PATH)
+    PATH                         detected: *.json or a folder with tokenizer.json -> hf,
+                                 *.tiktoken -> tiktoken, *.model -> sentencepiece
+    NAME                         a tiktoken encoding name (cl100k_base, o200k_base, ...)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Tuple, Union
+
+from tokenloom.errors import TokenizerError
+from tokenloom.tokenizers.base import BaseTokenizer
+
+KINDS = ("bytes", "hf", "tiktoken", "sentencepiece")
+_ALIASES = {"byte": "bytes", "bytes": "bytes", "hf": "hf", "huggingface": "hf",
+            "tiktoken": "tiktoken", "sentencepiece": "sentencepiece", "spm": "sentencepiece"}
+SPEC_HELP = ("bytes | hf:tokenizer.json | tiktoken:file.tiktoken | tiktoken:cl100k_base | "
+             "sentencepiece:file.model | a path whose extension says the kind")
+
+
+def _detect(path: str) -> Optional[str]:
+    lowered = path.lower()
+    if lowered.endswith(".json") or os.path.isfile(os.path.join(path, "tokenizer.json")):
+        return "hf"
+    if lowered.endswith(".tiktoken"):
+        return "tiktoken"
+    if lowered.endswith(".model"):
+        return "sentencepiece"
+    return None
+
+
+def _tiktoken_names() -> Tuple[str, ...]:
+    try:
+        import tiktoken
+    except ImportError:
+        return ()
+    return tuple(tiktoken.list_encoding_names())
+
+
+def parse_tokenizer_spec(spec: str) -> Tuple[str, str]:
+    """Split ``spec`` into ``(kind, location)``; kind is one of :data:`KINDS`."""
+    spec = str(spec).strip()
+    if not spec:
+        raise TokenizerError(f"empty tokenizer spec; use one of: {SPEC_HELP}")
+    if spec.lower() in ("bytes", "byte"):
+        return "bytes", ""
+    prefix, sep, rest = spec.partition(":")
+    if sep and prefix.lower() in _ALIASES and len(prefix) > 1:  # len>1: not a drive letter
+        kind = _ALIASES[prefix.lower()]
+        if kind != "bytes" and not rest:
+            raise TokenizerError(f"tokenizer spec {spec!r} names no file after '{prefix}:'")
+        return kind, rest
+    kind = _detect(spec)
+    if kind is not None:
+        return kind, spec
+    if spec in _tiktoken_names():
+        return "tiktoken", spec
+    hint = "" if os.path.exists(spec) else " (no such file)"
+    raise TokenizerError(f"cannot tell what kind of tokenizer {spec!r} is{hint}; "
+                         f"use one of: {SPEC_HELP}")
+
+
+def load_tokenizer(spec: str, *, eod: Union[str, int, None] = None,
+                   pattern: Optional[str] = None, num_threads: int = 1) -> BaseTokenizer:
+    """Load the tokenizer a spec names (see the module docstring).
+
+    Args:
+        eod: end-of-document token (text or id) overriding the detected one.
+        pattern: tiktoken only: split pattern (encoding name or regex) for custom files.
+        num_threads: library threads per batch (tiktoken, sentencepiece); Hugging Face
+            follows ``TOKENIZERS_PARALLELISM``.
+    """
+    kind, location = parse_tokenizer_spec(spec)
+    if pattern is not None and kind != "tiktoken":
+        raise TokenizerError(f"a split pattern applies only to tiktoken files, not to {kind}")
+    if kind == "bytes":
+        if eod is not None:
+            raise TokenizerError("the byte tokenizer's eod is fixed at 256; drop the eod option")
+        from tokenloom.tokenizers.byte_level import ByteTokenizer
+
+        return ByteTokenizer()
+    if kind == "hf":
+        from tokenloom.tokenizers.huggingface import HFTokenizer
+
+        return HFTokenizer(location, eod=eod)
+    if kind == "tiktoken":
+        from tokenloom.tokenizers.tiktoken_bpe import TiktokenTokenizer
+
+        return TiktokenTokenizer(location, pattern=pattern, eod=eod, num_threads=num_threads)
+    from tokenloom.tokenizers.sentencepiece_model import SentencePieceTokenizer
+
+    return SentencePieceTokenizer(location, eod=eod, num_threads=num_threads)
+
+
+__all__ = ["load_tokenizer", "parse_tokenizer_spec", "KINDS", "SPEC_HELP"]
