@@ -31,6 +31,7 @@ _LAZY = {
     "GPTDataset": "tokenloom.datasets.gpt",
     "MockGPTDataset": "tokenloom.datasets.mock",
     "MockGPTLowLevelDataset": "tokenloom.datasets.mock",
+    "BlendedDataset": "tokenloom.datasets.blended",
 }
 
 __all__ = [

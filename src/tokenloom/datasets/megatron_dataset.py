@@ -26,13 +26,12 @@ __all__ = ["MegatronDataset", "PAD_TOKEN_ID", "resolve_pad_token_id", "tokenizer
 PAD_TOKEN_ID = -1
 """Pad id used when the tokenizer has none: guaranteed absent from token data."""
 
-try:  # torch is optional: subclass its Dataset when present, as megatron-core does
-    from torch.utils.data import Dataset as _TorchDataset
-except ImportError:  # pragma: no cover - exercised only without torch
-    _TorchDataset = object
+# Not a torch.utils.data.Dataset subclass on purpose: a map-style dataset only
+# needs __len__/__getitem__ for DataLoader, and importing torch costs ~1.5 s of
+# start-up that the core (numpy only) must not pay.
 
 
-class MegatronDataset(ABC, _TorchDataset):
+class MegatronDataset(ABC):
     """Mid-level dataset over a low-level dataset (megatron-core's MegatronDataset).
 
     Args:

@@ -1,0 +1,317 @@
+"""``BlendedMegatronDatasetBuilder``: every dataset split of a config, as megatron-core builds it.
+
+For each split the builder returns a dataset or None, following megatron-core
+0.16.1 case by case (so the same config gives the same samples):
+
+* no blend (``config.mock``): the mock datasets (``MockGPTDataset``, also when
+  ``GPTDataset`` is asked for, which has no data to read);
+* ``blend`` with one prefix and no weights: one mid-level dataset per split;
+* ``blend`` with weights (sizes required): mid-level datasets sized
+  ``ceil(ceil(size * weight) * (1 + mid_level_dataset_surplus))``, blended to
+  ``sum(ceil(size * weight))`` samples by the largest-sampling-error rule;
+* ``blend`` without weights: one epoch of each mid-level dataset, blended by their
+  lengths to ``min(size, total)`` samples, or exhaustively when the size is None;
+* ``blend_per_split``: the same per split, from that split's own blend (one prefix:
+  a plain mid-level dataset; ``multiple_validation_sets``: a list of validation datasets).
+
+The prefixes of a blend are built in ``num_dataset_builder_threads`` threads.  Under
+``torch.distributed`` rank 0 builds first and the other ranks then load from the
+cache, through :func:`tokenloom.distributed.build_on_rank0_then_load` (failures on
+rank 0 raise on every rank, node-local caches are built once per node; with
+``fast_cache_load`` every rank loads on its own).  Ranks where ``is_built_on_rank()``
+is False get None.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, List, Optional, Sequence, Type
+
+import numpy
+
+from tokenloom.datasets.blended import BlendedDataset
+from tokenloom.datasets.split import Split, normalize, split_document_range
+from tokenloom.distributed import Communicator, build_on_rank0_then_load
+from tokenloom.errors import CacheError, ConfigError
+
+__all__ = ["BlendedMegatronDatasetBuilder", "get_size_per_split_per_dataset"]
+
+logger = logging.getLogger(__name__)
+
+
+def get_size_per_split_per_dataset(normalized_weights: Sequence[float],
+                                   target_size_per_split: Sequence[int],
+                                   surplus: float = 0.0) -> List[List[int]]:
+    """Samples to request from each dataset for each split (megatron-core's arithmetic).
+
+    ``[[ceil(ceil(size * weight) * (1 + surplus)) for size in sizes] for weight in weights]``
+    """
+    if not numpy.isclose(sum(normalized_weights), 1.0):
+        raise ConfigError(f"weights {list(normalized_weights)} must be normalised to sum to 1")
+    return [[int(math.ceil(math.ceil(size * weight) * (1 + surplus)))
+             for size in target_size_per_split] for weight in normalized_weights]
+
+
+def _check_sizes(sizes: Any) -> List[Optional[int]]:
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or len(sizes) != len(Split):
+        raise ConfigError(
+            f"sizes={sizes!r}: give one size per split (train, valid, test), each an integer "
+            f">= 0 or None, e.g. [1000, 100, None]")
+    for split, size in zip(Split, sizes):
+        if size is not None and (isinstance(size, bool) or not isinstance(size, (int, numpy.integer))
+                                 or size < 0):
+            raise ConfigError(f"sizes[{split.name}]={size!r}: must be None or an integer >= 0")
+    return [None if size is None else int(size) for size in sizes]
+
+
+def _mock_class_if_needed(cls: Type, config: Any) -> Type:
+    """``GPTDataset`` on a config without data means mock data: use ``MockGPTDataset``."""
+    from tokenloom.datasets.gpt import GPTDataset
+
+    if getattr(config, "mock", False) and cls is GPTDataset:
+        from tokenloom.datasets.mock import MockGPTDataset
+
+        logger.info("no blend given: building MockGPTDataset splits (mock data)")
+        return MockGPTDataset
+    return cls
+
+
+def _walk(obj: Any):
+    if isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _walk(item)
+    elif obj is not None:
+        yield obj
+        yield from _walk(getattr(obj, "datasets", None))
+
+
+class BlendedMegatronDatasetBuilder:
+    """Build all splits (megatron-core's arguments, in order).
+
+    Args:
+        cls: the mid-level dataset class (``GPTDataset``, ``MockGPTDataset``, ...).
+        sizes: the minimum number of samples per split (train, valid, test), or None.
+        is_built_on_rank: returns True where this rank needs the datasets (it must
+            be True on global rank 0); other ranks get None.
+        config: the :class:`~tokenloom.datasets.BlendedMegatronDatasetConfig`.
+        comm: tokenloom extension: who this process is (rank, world size, node);
+            defaults to ``torch.distributed`` and ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``.
+    """
+
+    def __init__(self, cls: Type, sizes: Sequence[Optional[int]], is_built_on_rank: Callable[[], bool],
+                 config: Any, *, comm: Optional[Communicator] = None) -> None:
+        self.cls = _mock_class_if_needed(cls, config)
+        self.sizes = _check_sizes(sizes)
+        self.is_built_on_rank = is_built_on_rank
+        self.config = config
+        self.comm = comm
+        logger.info("Building %s splits with sizes=%s and config=%s", cls.__name__, self.sizes, config)
+        if not config.mock:
+            self._check_sizes_against_weights()
+
+    def _check_sizes_against_weights(self) -> None:
+        for split in Split:
+            if self.config.blend_per_split is None:
+                blend = self.config.blend
+            else:
+                blend = self.config.blend_per_split[split.value]
+                if blend is None:
+                    continue
+            if self.sizes[split.value] is None and blend[1] is not None:
+                raise ConfigError(
+                    f"the {split.name} split has blend weights {blend[1]} but no size: weights "
+                    f"need a number of samples to blend to. Give sizes[{split.value}] or drop the "
+                    f"weights (this happens with multiple validation sets whose blend has weights)")
+
+    # -- public ------------------------------------------------------------------------
+    def build(self) -> List[Optional[Any]]:
+        """One dataset (or None, or a list for multiple validation sets) per split.
+
+        Must be called on every rank when torch.distributed is initialised.
+        """
+        datasets = self._build_blended_dataset_splits()
+        for dataset in datasets:
+            for item in (dataset if isinstance(dataset, list) else [dataset]):
+                self._verify(item)
+        return datasets
+
+    def _verify(self, dataset: Any) -> None:
+        if dataset is None or len(dataset) == 0:
+            return
+        if isinstance(dataset, BlendedDataset):
+            wrong = dataset.size is not None and len(dataset) != dataset.size
+            expected = dataset.size
+        else:
+            expected = getattr(dataset, "num_samples", None)
+            wrong = expected is not None and len(dataset) < expected
+        if wrong:
+            raise CacheError(
+                f"{type(dataset).__name__} {getattr(dataset, 'dataset_path', '') or ''} has "
+                f"{len(dataset)} samples but {expected} were requested; its cached indices do "
+                f"not match the config: delete them from {self.config.path_to_cache} and rebuild")
+
+    # -- the three configurations ------------------------------------------------------
+    def _build_blended_dataset_splits(self) -> List[Optional[Any]]:
+        if self.config.mock:
+            return self._build_megatron_dataset_splits(None, self.config.split_matrix, self.sizes)
+        if self.config.blend:
+            return self._build_from_blend()
+        return [self._build_split_from_own_blend(split) for split in Split]
+
+    def _build_from_blend(self) -> List[Optional[Any]]:
+        prefixes, weights = self.config.blend
+        split = self.config.split_matrix
+        if len(prefixes) == 1 and weights is None:
+            return self._build_megatron_dataset_splits(prefixes[0], split, self.sizes)
+        if weights is not None:
+            weights = normalize(weights)
+            target = get_size_per_split_per_dataset(weights, self._sizes_or_zero())
+            buffer = get_size_per_split_per_dataset(
+                weights, self._sizes_or_zero(), surplus=self.config.mid_level_dataset_surplus)
+        else:
+            target, buffer = None, [[None] * len(Split) for _ in prefixes]
+        mid = self._build_megatron_datasets_parallel(prefixes, split, buffer)
+        return [None if split[i] is None else
+                self._build_top_level(mid[i], weights, target, i, self.sizes[i])
+                for i in range(len(Split))]
+
+    def _sizes_or_zero(self) -> List[int]:
+        """The sizes with None as 0 (weights always come with sizes, so only unused splits)."""
+        return [0 if size is None else size for size in self.sizes]
+
+    def _build_split_from_own_blend(self, split: Split) -> Optional[Any]:
+        i = split.value
+        blend = self.config.blend_per_split[i]
+        if blend is None:
+            return None
+        prefixes, weights = blend
+        split_spoof: List[Optional[tuple]] = [None] * len(Split)
+        split_spoof[i] = (0.0, 1.0)
+        sizes_spoof: List[Optional[int]] = [0] * len(Split)
+        sizes_spoof[i] = self.sizes[i]
+        if len(prefixes) == 1:
+            return self._build_megatron_dataset_splits(prefixes[0], split_spoof, sizes_spoof)[i]
+        if self.config.multiple_validation_sets and split == Split.valid:
+            return self._build_validation_sets(prefixes, split_spoof, sizes_spoof)
+        target = None
+        if weights is None:
+            buffer = [[None] * len(Split) for _ in prefixes]
+        else:
+            weights = normalize(weights)
+            target = get_size_per_split_per_dataset(weights, [s or 0 for s in sizes_spoof])
+            buffer = get_size_per_split_per_dataset(
+                weights, [s or 0 for s in sizes_spoof],
+                surplus=self.config.mid_level_dataset_surplus)
+        mid = self._build_megatron_datasets_parallel(prefixes, split_spoof, buffer)[i]
+        return self._build_top_level(mid, weights, target, i, self.sizes[i])
+
+    def _build_validation_sets(self, prefixes, split_spoof, sizes_spoof) -> List[Optional[Any]]:
+        i = Split.valid.value
+        if self.config.full_validation and sizes_spoof[i] is not None:
+            raise ConfigError(
+                f"full_validation builds one full epoch of every validation set, so the valid "
+                f"size must be None (got {sizes_spoof[i]})")
+        return [self._build_megatron_dataset_splits(prefix, split_spoof, sizes_spoof)[i]
+                for prefix in prefixes]
+
+    def _build_top_level(self, datasets: List[Optional[Any]], weights: Optional[List[float]],
+                         target: Optional[List[List[int]]], i: int,
+                         size: Optional[int]) -> Optional[BlendedDataset]:
+        if weights is not None:
+            if size is None:
+                raise ConfigError("blend weights require a size for every split they feed")
+            size_i = sum(per_dataset[i] for per_dataset in target)
+        else:
+            try:
+                weights = [len(dataset) for dataset in datasets]
+            except TypeError:  # datasets not built on this rank
+                weights = [0 for _ in datasets]
+            size_i = None if size is None else min(size, sum(weights))
+        return self._on_ranks(
+            lambda: BlendedDataset(datasets, weights, size_i, self.config),
+            f"the {Split(i).name} BlendedDataset")
+
+    # -- mid-level datasets ------------------------------------------------------------
+    def _build_megatron_datasets_parallel(self, prefixes: List[str], split: List[Optional[tuple]],
+                                          sizes_per_dataset: List[List[Optional[int]]]
+                                          ) -> List[List[Optional[Any]]]:
+        """For each split, the mid-level dataset of every prefix (built in threads)."""
+        def construct() -> List[List[Optional[Any]]]:
+            per_split: List[List[Optional[Any]]] = [[] for _ in Split]
+            workers = max(1, min(int(self.config.num_dataset_builder_threads), len(prefixes)))
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                futures = [pool.submit(self._construct_splits, prefix, split, sizes)
+                           for prefix, sizes in zip(prefixes, sizes_per_dataset)]
+                try:
+                    for future in futures:
+                        for j, dataset in enumerate(future.result()):
+                            per_split[j].append(dataset)
+                except BaseException:
+                    for future in futures:
+                        future.cancel()
+                    raise
+            return per_split
+
+        built = self._on_ranks(construct, f"the {self.cls.__name__} datasets of {len(prefixes)} prefixes")
+        return built if built is not None else [[None] * len(prefixes) for _ in Split]
+
+    def _build_megatron_dataset_splits(self, dataset_path: Optional[str],
+                                       split: List[Optional[tuple]],
+                                       sizes: List[Optional[int]]) -> List[Optional[Any]]:
+        """Every split's mid-level dataset of one low-level dataset (rank 0 first)."""
+        built = self._on_ranks(lambda: self._construct_splits(dataset_path, split, sizes),
+                               f"the {self.cls.__name__} splits of {dataset_path or 'mock data'}")
+        return built if built is not None else [None] * len(Split)
+
+    def _construct_splits(self, dataset_path: Optional[str], split: List[Optional[tuple]],
+                          sizes: List[Optional[int]]) -> List[Optional[Any]]:
+        low_level = self.cls.build_low_level_dataset(dataset_path, self.config)
+        num_elements = self.cls.numel_low_level_dataset(low_level)
+        fast = bool(getattr(self.config, "fast_cache_load", False))
+        datasets: List[Optional[Any]] = []
+        for i, member in enumerate(Split):
+            if split[i] is None:
+                datasets.append(None)
+                continue
+            indices = None
+            if not fast:  # megatron-core skips the split indices under fast_cache_load
+                begin, end = split_document_range(split[i], num_elements)
+                indices = numpy.arange(begin, end, 1, dtype=numpy.int32)
+            datasets.append(self.cls(low_level, dataset_path, indices, sizes[i], member, self.config))
+        return datasets
+
+    # -- ranks -------------------------------------------------------------------------
+    def _on_ranks(self, construct: Callable[[], Any], what: str) -> Any:
+        return build_on_rank0_then_load(
+            construct,
+            is_built_on_rank=self.is_built_on_rank,
+            synchronize=not getattr(self.config, "fast_cache_load", False),
+            manifest=self._cache_manifest,
+            is_ready=self._cache_visible,
+            comm=self.comm,
+            what=what,
+        )
+
+    def _cache_manifest(self, built: Any) -> dict:
+        """The description files (commit markers) of every cache ``built`` used."""
+        files = []
+        for dataset in _walk(built):
+            cache, key = getattr(dataset, "cache", None), getattr(dataset, "cache_key", None)
+            if cache is not None and key is not None:
+                files.append(cache.description_path(key))
+        return {"path_to_cache": self.config.path_to_cache, "files": files}
+
+    def _cache_visible(self, manifest: Optional[dict]) -> bool:
+        """Whether this rank sees every cache file rank 0 reported (in its own cache dir)."""
+        if not manifest:
+            return False
+        theirs, ours = manifest["path_to_cache"], self.config.path_to_cache
+        for path in manifest["files"]:
+            if theirs and ours and os.path.normpath(os.path.dirname(path)) == os.path.normpath(theirs):
+                path = os.path.join(ours, os.path.basename(path))
+            if not os.path.isfile(path):
+                return False
+        return True

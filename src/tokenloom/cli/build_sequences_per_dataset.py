@@ -1,0 +1,140 @@
+"""``tokenloom build-sequences-per-dataset``: count sequences and documents of every prefix.
+
+Writes the JSON file that megatron-core reads through ``--per-dataset-sequences-path``
+(``GPTDatasetConfig.sequences_per_dataset``): ``{prefix: [sequence_count,
+document_count]}`` with the raw ``.idx`` header fields.  Only the 34-byte header of
+each ``.idx`` is read, so thousands of prefixes take seconds; training start-up then
+opens one JSON file instead of one index per prefix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from tokenloom.errors import ConfigError
+
+_DESCRIPTION = """\
+Write the sequences-per-dataset JSON of a blend: for each dataset prefix the
+[sequence_count, document_count] fields of its .idx header (document_count counts
+the leading 0 of the document index, exactly as megatron-core stores it).
+
+Give the blend the way you give it to training, in any one of these forms:
+  PREFIX ...                          bare prefixes, or 'WEIGHT PREFIX WEIGHT PREFIX ...'
+  --data-path ...                     the same, Megatron spelling
+  --data-args-path FILE               a text file holding the --data-path words
+  --train-data-path/--valid-data-path/--test-data-path ...
+  --per-split-data-args-path FILE     JSON {"train": [...], "valid": [...], "test": [...]}
+
+Each prefix is listed once (first occurrence order).  Use the result with
+GPTDatasetConfig(sequences_per_dataset=...) or Megatron's --per-dataset-sequences-path.
+"""
+
+_EPILOG = """\
+examples:
+  tokenloom build-sequences-per-dataset data/web data/code -o seqs.json
+  tokenloom build-sequences-per-dataset --data-path 0.7 data/web 0.3 data/code -o seqs.json
+  tokenloom build-sequences-per-dataset --per-split-data-args-path blend.json -o seqs.json
+"""
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the ``build-sequences-per-dataset`` subcommand."""
+    parser = subparsers.add_parser(
+        "build-sequences-per-dataset",
+        help="write the sequences-per-dataset JSON of a blend (reads only .idx headers)",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("prefixes", nargs="*", metavar="PREFIX",
+                        help="dataset prefixes (path without .bin/.idx), optionally preceded by weights")
+    blend = parser.add_argument_group("blend (choose one form)")
+    blend.add_argument("--data-path", nargs="+", metavar="WORD",
+                       help="weight/prefix list as for Megatron's --data-path")
+    blend.add_argument("--data-args-path", metavar="FILE",
+                       help="text file with the --data-path words (for very long blends)")
+    for split in ("train", "valid", "test"):
+        blend.add_argument(f"--{split}-data-path", nargs="+", metavar="WORD",
+                           help=f"weight/prefix list of the {split} split")
+    blend.add_argument("--per-split-data-args-path", metavar="FILE",
+                       help='JSON file {"train": [...], "valid": [...], "test": [...]}')
+    parser.add_argument("-o", "--output", "--per-dataset-sequences-path", dest="output",
+                        required=True, metavar="FILE", help="JSON file to write (atomically)")
+    parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _read_words(path: str) -> List[str]:
+    try:
+        with open(path, "rt", encoding="utf-8") as handle:
+            return handle.read().split()
+    except OSError as error:
+        raise ConfigError(f"--data-args-path {path}: cannot read it ({error})") from None
+
+
+def collect_blends(args: argparse.Namespace) -> List[Tuple[List[str], Optional[List[float]]]]:
+    """Every blend named by the arguments (exactly one form must be used)."""
+    from tokenloom.datasets.utils import get_blend_from_list, get_blend_per_split_from_file
+
+    split_lists = [args.train_data_path, args.valid_data_path, args.test_data_path]
+    forms = {
+        "PREFIX": args.prefixes or None,
+        "--data-path": args.data_path,
+        "--data-args-path": args.data_args_path,
+        "--train/valid/test-data-path": split_lists if any(split_lists) else None,
+        "--per-split-data-args-path": args.per_split_data_args_path,
+    }
+    used = [name for name, value in forms.items() if value]
+    if len(used) != 1:
+        raise ConfigError(
+            f"give the blend in exactly one form, got {used or 'none'}; e.g. "
+            f"`tokenloom build-sequences-per-dataset data/web data/code -o seqs.json`"
+        )
+    if args.per_split_data_args_path:
+        blends = get_blend_per_split_from_file(args.per_split_data_args_path)
+    elif any(split_lists):
+        blends = [get_blend_from_list(words) for words in split_lists]
+    elif args.data_args_path:
+        blends = [get_blend_from_list(_read_words(args.data_args_path))]
+    else:
+        blends = [get_blend_from_list(args.prefixes or args.data_path)]
+    return [blend for blend in blends if blend is not None]
+
+
+def unique_prefixes(blends) -> List[str]:
+    """Prefixes of all blends, each once, in order of first appearance."""
+    return list(dict.fromkeys(prefix for prefixes, _ in blends for prefix in prefixes))
+
+
+def count_sequences(prefixes: Sequence[str], progress_enabled=None) -> Dict[str, List[int]]:
+    """``{prefix: [sequence_count, document_count]}`` from each ``.idx`` header."""
+    from tokenloom._progress import progress
+    from tokenloom.format import get_idx_path, read_index_header
+
+    counts: Dict[str, List[int]] = {}
+    with progress(total=len(prefixes), desc="reading .idx headers", unit="prefix",
+                  enabled=progress_enabled) as bar:
+        for prefix in prefixes:
+            header = read_index_header(get_idx_path(prefix))
+            counts[prefix] = [int(header.sequence_count), int(header.document_count)]
+            bar.update(1)
+    return counts
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of the subcommand."""
+    from tokenloom._atomic import atomic_write_bytes
+
+    prefixes = unique_prefixes(collect_blends(args))
+    if not prefixes:
+        raise ConfigError("the blend names no dataset prefix; nothing to count")
+    counts = count_sequences(prefixes, progress_enabled=False if args.no_progress else None)
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    atomic_write_bytes(args.output, (json.dumps(counts, indent=1) + "\n").encode("utf-8"))
+    sequences = sum(count[0] for count in counts.values())
+    print(f"wrote {args.output}: {len(counts)} prefixes, {sequences} sequences")
+    return 0

@@ -1,0 +1,294 @@
+"""``BlendedDataset``: several mid-level datasets mixed into one (megatron-core's).
+
+Two index arrays say where each blended sample comes from:
+
+* ``dataset_index`` (int16): which contributing dataset;
+* ``dataset_sample_index`` (int64): which sample of that dataset.
+
+With a ``size`` they follow the *largest sampling error* rule (sample ``t`` goes to
+the dataset furthest behind its weight, see :func:`tokenloom.index.build_blending_indices`);
+without one (``size=None``) every sample of every dataset is used exactly once
+(:func:`tokenloom.index.build_exhaustive_blending_indices`, the weights then being the
+dataset lengths).  Indices, samples and ``dataset_id`` equal megatron-core 0.16.1's.
+
+Beyond megatron-core: every rule is checked with a :class:`~tokenloom.errors.ConfigError`
+(megatron asserts), an oversampled contributing dataset is a ConfigError naming
+``mid_level_dataset_surplus`` (megatron raises IndexError), and the indices are cached
+through :mod:`tokenloom.cache` (atomic, validated, keyed by every input: the
+contributing datasets' full cache identities, weights, size and split).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy
+
+from tokenloom.cache import CacheKey, IndexCache
+from tokenloom.datasets.split import Split, normalize
+from tokenloom.errors import CacheError, ConfigError
+
+# Not a torch.utils.data.Dataset subclass on purpose: a map-style dataset only
+# needs __len__/__getitem__ for DataLoader, and importing torch costs ~1.5 s of
+# start-up that the core (numpy only) must not pay.
+
+__all__ = ["BlendedDataset", "BLENDED_INDEX_NAMES"]
+
+logger = logging.getLogger(__name__)
+
+BLENDED_INDEX_NAMES = ("dataset_index", "dataset_sample_index")
+_MAX_DATASETS = 32767  # dataset ids are int16
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, numpy.integer)) and not isinstance(value, (bool, numpy.bool_))
+
+
+def _check_weights(weights: Sequence[Union[int, float]], size: Optional[int]) -> List:
+    weights = list(weights)
+    kinds = {_is_int(w) for w in weights}
+    if len(kinds) > 1:
+        raise ConfigError(f"weights {weights}: mix integers and floats; give all of one type")
+    for w in weights:
+        if not (_is_int(w) or isinstance(w, (float, numpy.floating))) or not w > 0 \
+                or not numpy.isfinite(w):
+            raise ConfigError(
+                f"weights {weights}: every weight must be a finite number > 0 (got {w!r}); a "
+                f"zero weight usually means a contributing split has no samples, drop it"
+            )
+    if size is None and any(float(w) != int(w) for w in weights):
+        raise ConfigError(
+            f"weights {weights} with size=None: the exhaustive blend takes weights[i] "
+            f"samples of dataset i, so the weights must be whole numbers; give a size"
+        )
+    return weights
+
+
+def _check_datasets(datasets: Sequence[Any], weights: Sequence[Any]) -> Split:
+    if not datasets:
+        raise ConfigError("BlendedDataset needs at least one dataset")
+    if len(datasets) != len(weights):
+        raise ConfigError(f"{len(datasets)} datasets but {len(weights)} weights; give one each")
+    if len(datasets) >= _MAX_DATASETS:
+        raise ConfigError(f"{len(datasets)} datasets: a blend holds fewer than {_MAX_DATASETS}")
+    kinds = {type(d).__name__ for d in datasets}
+    if len(kinds) != 1:
+        raise ConfigError(f"blended datasets must all be of one class, got {sorted(kinds)}")
+    splits = {getattr(d, "index_split", None) for d in datasets}
+    if len(splits) != 1 or not isinstance(next(iter(splits)), Split):
+        raise ConfigError(f"blended datasets must all belong to one split, got {splits}")
+    return next(iter(splits))
+
+
+def _identity(dataset: Any) -> Any:
+    """Everything that shapes a contributing dataset (its full cache identity)."""
+    return getattr(dataset, "cache_identifiers", None) or dataset.unique_identifiers
+
+
+class BlendedDataset:
+    """Blend ``datasets`` by ``weights`` (megatron-core's arguments, in order).
+
+    Args:
+        datasets: the mid-level datasets, all of one class and split.
+        weights: one weight per dataset (> 0).  With a ``size`` they are normalised.
+        size: number of blended samples, or None to take exactly ``weights[i]``
+            (whole numbers) samples of dataset ``i``.
+        config: the :class:`~tokenloom.datasets.BlendedMegatronDatasetConfig`.
+        build_if_missing: build (and cache) the indices when the cache lacks them;
+            when False a missing cache raises :class:`~tokenloom.errors.CacheError`.
+    """
+
+    def __init__(self, datasets: Sequence[Any], weights: Sequence[Union[int, float]],
+                 size: Optional[int], config: Any, *, build_if_missing: bool = True) -> None:
+        if size is not None and (not _is_int(size) or size < 0):
+            raise ConfigError(f"size={size!r}: must be None or an integer >= 0")
+        self.split = _check_datasets(datasets, weights)
+        weights = _check_weights(weights, size)
+        if len(datasets) == 1:
+            logger.warning("Building a BlendedDataset for a single MegatronDataset")
+        self.datasets = list(datasets)
+        self.weights = normalize(weights) if size is not None else [int(w) for w in weights]
+        self.size = None if size is None else int(size)
+        self.config = config
+        self.build_if_missing = bool(build_if_missing)
+        self._describe()
+        self._arrays: Optional[Dict[str, numpy.ndarray]] = None
+        self._lazy = None
+        self.cache: Optional[IndexCache] = None
+        self.cache_key: Optional[CacheKey] = None
+        self._acquire_indices()
+
+    # -- identity and cache ----------------------------------------------------------
+    def _describe(self) -> None:
+        import hashlib
+        import json
+
+        ids: "OrderedDict[str, Any]" = OrderedDict()
+        ids["class"] = type(self).__name__
+        ids["datasets"] = [d.unique_identifiers for d in self.datasets]
+        ids["split"] = self.split.name
+        ids["weights"] = self.weights
+        ids["size"] = self.size
+        self.unique_identifiers = ids
+        self.unique_description = json.dumps(
+            ids, indent=4, default=lambda obj: obj.unique_identifiers)
+        self.unique_description_hash = hashlib.md5(
+            self.unique_description.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+    @property
+    def cache_identifiers(self) -> "OrderedDict[str, Any]":
+        """megatron-core's identifiers, with the datasets' full cache identities."""
+        ids = OrderedDict(self.unique_identifiers)
+        ids["datasets"] = [_identity(d) for d in self.datasets]
+        ids["num_datasets"] = len(self.datasets)
+        return ids
+
+    def _acquire_indices(self) -> None:
+        directory = getattr(self.config, "path_to_cache", None)
+        if not directory:
+            logger.warning("path_to_cache is None: the BlendedDataset indices are not cached")
+            self._arrays = self._build()
+            return
+        cache = IndexCache(directory)
+        key = CacheKey(type(self).__name__, self.split.name, self.cache_identifiers)
+        self.cache, self.cache_key = cache, key
+        if getattr(self.config, "defer_npy_index_mmap", False) and cache.exists(key, BLENDED_INDEX_NAMES):
+            self._lazy = cache.lazy(key, BLENDED_INDEX_NAMES)
+            return
+        verify = "size" if getattr(self.config, "fast_cache_load", False) else "checksum"
+        arrays = cache.lookup(key, BLENDED_INDEX_NAMES, verify=verify,
+                              on_corrupt="miss" if self.build_if_missing else "raise")
+        if arrays is not None:
+            self._lazy = cache.lazy(key, BLENDED_INDEX_NAMES)
+            self._arrays = {name: numpy.asarray(array) for name, array in arrays.items()}
+            return
+        if not self.build_if_missing:
+            cache.load(key, BLENDED_INDEX_NAMES)  # raises CacheError naming the missing file
+            raise CacheError(f"index cache {cache.description_path(key)} could not be used")
+        self._arrays = self._build()
+        cache.store(key, self._arrays)
+
+    def _build(self) -> Dict[str, numpy.ndarray]:
+        from tokenloom.index import build_blending_indices, build_exhaustive_blending_indices
+
+        logger.info("Build the %s %s indices", type(self).__name__, self.split.name)
+        if self.size is not None:
+            arrays = build_blending_indices(numpy.asarray(self.weights, numpy.float64), self.size)
+        else:
+            arrays = build_exhaustive_blending_indices(numpy.asarray(self.weights, numpy.int64))
+        self._check_not_oversampled(arrays[0])
+        return dict(zip(BLENDED_INDEX_NAMES, arrays))
+
+    def _check_not_oversampled(self, dataset_index: numpy.ndarray) -> None:
+        counts = numpy.bincount(dataset_index, minlength=len(self.datasets))
+        for j, count in enumerate(counts.tolist()):
+            available = len(self.datasets[j])
+            if count > available:
+                name = getattr(self.datasets[j], "dataset_path", None) or type(self.datasets[j]).__name__
+                surplus = getattr(self.config, "mid_level_dataset_surplus", None)
+                raise ConfigError(
+                    f"the {self.split.name} blend oversamples its contributing datasets: it "
+                    f"requests {count} samples from dataset {j} ({name}), which has only "
+                    f"{available}. Increase the config attribute mid_level_dataset_surplus "
+                    f"(now {surplus}), e.g. two- or ten-fold, so the mid-level datasets are "
+                    f"built with enough spare samples"
+                )
+
+    # -- the two indices -------------------------------------------------------------
+    def _index(self, name: str) -> numpy.ndarray:
+        if self._arrays is None:
+            self._arrays = {n: numpy.asarray(self._lazy[n]) for n in BLENDED_INDEX_NAMES}
+        return self._arrays[name]
+
+    @property
+    def dataset_index(self) -> numpy.ndarray:
+        """int16: the contributing dataset of every blended sample."""
+        return self._index("dataset_index")
+
+    @property
+    def dataset_sample_index(self) -> numpy.ndarray:
+        """int64: the sample of that dataset."""
+        return self._index("dataset_sample_index")
+
+    @property
+    def indices_loaded(self) -> bool:
+        """Whether the indices are in memory/mmapped (False while deferred)."""
+        return self._arrays is not None
+
+    def __len__(self) -> int:
+        return int(self.size if self.size is not None else sum(self.weights))
+
+    # -- samples ---------------------------------------------------------------------
+    def _position(self, idx: Any) -> int:
+        try:
+            k = int(idx)
+        except (TypeError, ValueError):
+            raise TypeError(f"sample index must be an integer, got {idx!r}") from None
+        count = len(self)
+        if not -count <= k < count:
+            raise IndexError(f"sample index {idx} out of range for {count} blended samples")
+        return k + count if k < 0 else k
+
+    def __getitem__(self, idx: int) -> Dict[str, Any]:
+        """``{"dataset_id": ..., **datasets[dataset_id][dataset_sample_id]}``."""
+        k = self._position(idx)
+        dataset_id = self.dataset_index[k]
+        return {"dataset_id": dataset_id,
+                **self.datasets[dataset_id][self.dataset_sample_index[k]]}
+
+    def get_batch(self, indices: Sequence[Optional[int]],
+                  out: Optional[Mapping[str, numpy.ndarray]] = None) -> Dict[str, numpy.ndarray]:
+        """``[B, seq]`` arrays for many blended samples, plus ``dataset_id`` ``[B]`` (int16).
+
+        Each contributing dataset fills its own rows with its ``get_batch`` (row by row
+        from ``dataset[i]`` when it has none).  ``None`` entries are padding samples
+        (``datasets[0][None]``, zero loss mask, ``dataset_id`` 0).
+        """
+        indices = list(indices)
+        padding = numpy.array([i is None for i in indices], dtype=bool)
+        rows = numpy.array([0 if i is None else self._position(i) for i in indices], numpy.int64)
+        ids = numpy.where(padding, 0, self.dataset_index[rows]).astype(numpy.int16)
+        samples = self.dataset_sample_index[rows]
+        out = _batch_arrays(len(indices), self.config.sequence_length, out)
+        for j in numpy.unique(ids).tolist():
+            where = numpy.flatnonzero(ids == j)
+            wanted = [None if padding[b] else int(samples[b]) for b in where]
+            part = _sub_batch(self.datasets[j], wanted)
+            for name, array in out.items():
+                array[where] = part[name]
+        return {**out, "dataset_id": ids}
+
+    # -- pickling (DataLoader workers) -------------------------------------------------
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if state.get("_lazy") is not None:
+            state["_arrays"] = None  # reopen the cached indices by mmap in the worker
+        return state
+
+
+def _batch_arrays(batch: int, seq: int, out: Optional[Mapping[str, numpy.ndarray]]):
+    from tokenloom.datasets._batch import BATCH_FIELDS, allocate_batch
+
+    if out is None:
+        return allocate_batch(batch, seq)
+    checked = {}
+    for name, dtype in BATCH_FIELDS.items():
+        array = out.get(name) if isinstance(out, Mapping) else None
+        if not isinstance(array, numpy.ndarray) or array.shape != (batch, seq) \
+                or array.dtype != dtype or not array.flags.writeable:
+            raise ConfigError(f"get_batch out[{name!r}] must be a writable {numpy.dtype(dtype)} "
+                              f"array of shape {(batch, seq)}")
+        checked[name] = array
+    return checked
+
+
+def _sub_batch(dataset: Any, wanted: List[Optional[int]]) -> Dict[str, numpy.ndarray]:
+    """A contributing dataset's rows, by its ``get_batch`` or sample by sample."""
+    if hasattr(dataset, "get_batch"):
+        return dataset.get_batch(wanted)
+    from tokenloom.datasets._batch import BATCH_FIELDS
+
+    samples = [dataset[i] for i in wanted]
+    return {name: numpy.stack([numpy.asarray(s[name]) for s in samples]) for name in BATCH_FIELDS}

@@ -1,0 +1,162 @@
+"""The builder on real gloo process groups: rank 0 builds, the others load the same samples.
+
+Also the worker script: ``python test_distributed_builder.py <scenario> <out_dir>``.
+Builds are counted by logging every ``IndexCache.store`` call (rank, class) to a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import numpy
+import pytest
+
+from tests import test_builder_golden as golden_helpers
+from tests import test_distributed_harness as harness
+from tests.conftest import GOLDEN_DIR, golden_cases, requires_golden
+
+WORLD = 3
+
+
+# --------------------------------------------------------------------------- worker side
+_LOG = {}
+
+
+def _count_stores(log: Path, rank: int) -> None:
+    """Log every cache store of this rank to ``log`` (switch files by calling again)."""
+    from tokenloom.cache import IndexCache
+
+    _LOG["path"] = log
+    if "original" in _LOG:
+        return
+    original = _LOG["original"] = IndexCache.store
+
+    def store(self, key, arrays, checks=None):
+        with open(_LOG["path"], "a") as handle:
+            handle.write(f"{rank} {key.class_name}\n")
+        return original(self, key, arrays, checks)
+
+    IndexCache.store = store
+
+
+def _digest(datasets, golden) -> dict:
+    """md5 of every golden-named array computed on this rank, and the mismatches."""
+    digests, mismatches = {}, []
+    for name in golden.files:
+        array = numpy.asarray(golden_helpers.lookup(datasets, name))
+        digests[name] = hashlib.md5(array.dtype.str.encode() + array.tobytes()).hexdigest()
+        want = golden[name]
+        if array.dtype != want.dtype or not numpy.array_equal(array, want):
+            mismatches.append(name)
+    return {"digests": digests, "mismatches": mismatches}
+
+
+def _build(case_name: str, cache: Path, built_on_rank=lambda: True, **overrides):
+    from tokenloom.builder import BlendedMegatronDatasetBuilder
+    from tokenloom.datasets import GPTDataset
+
+    case = next(c for c in golden_cases("datasets") if c["name"] == case_name)
+    config = golden_helpers.make_config(case, GOLDEN_DIR, cache, **overrides)
+    datasets = BlendedMegatronDatasetBuilder(GPTDataset, case["sizes"], built_on_rank, config).build()
+    return datasets, numpy.load(GOLDEN_DIR / case["arrays"])
+
+
+def _checked(case_name, cache, **kwargs):
+    def run():
+        datasets, golden = _build(case_name, cache, **kwargs)
+        if all(d is None for d in datasets):
+            return None
+        return _digest(datasets, golden)
+    return harness.outcome(run)
+
+
+def worker(scenario: str, out_dir: str) -> None:
+    rank, _ = harness.init_worker()
+    out = Path(out_dir)
+    result = {}
+    if scenario == "shared":
+        _count_stores(out / "stores-shared.log", rank)
+        result["weighted"] = _checked("blend_weighted", out / "cache")
+        result["per_split"] = _checked("blend_per_split", out / "cache")
+        _count_stores(out / "stores-fast.log", rank)
+        result["fast"] = _checked("blend_per_split", out / "cache", fast_cache_load=True)
+        _count_stores(out / "stores-other.log", rank)
+        result["not_built"] = _checked("blend_exhaustive", out / "cache2",
+                                       built_on_rank=lambda: rank != 1)
+        blocker = out / "not-a-directory"
+        blocker.touch()
+        result["rank0_fails"] = _checked("blend_unweighted_sized", blocker / "cache")
+    else:  # node-local caches: every rank its own directory (LOCAL_RANK=0 everywhere)
+        _count_stores(out / "stores-local.log", rank)
+        result["weighted"] = _checked("blend_weighted", out / f"local{rank}")
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    harness.write_result(out_dir, rank, result)
+
+
+# --------------------------------------------------------------------------- tests
+def _stores(path: Path):
+    lines = path.read_text().split("\n") if path.exists() else []
+    return [tuple(line.split()) for line in lines if line]
+
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, requires_golden]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    out = tmp_path_factory.mktemp("builder-shared")
+    return out, harness.launch(__file__, "shared", out, WORLD, timeout=300)
+
+
+def test_every_rank_gets_the_golden_samples_and_only_rank0_builds(shared):
+    out, results = shared
+    for name in ("weighted", "per_split", "fast"):
+        outcomes = [r[name] for r in results]
+        assert all(o["ok"] for o in outcomes), outcomes
+        assert all(o["value"]["mismatches"] == [] for o in outcomes)
+        assert len({str(o["value"]["digests"]) for o in outcomes}) == 1
+    stores = _stores(out / "stores-shared.log")
+    assert stores and {rank for rank, _ in stores} == {"0"}
+    # blend_weighted: 3 prefixes x 3 splits + 3 blends; per_split: 2 + 1 + 2 GPT, 2 blends
+    assert len([s for s in stores if s[1] == "GPTDataset"]) == 9 + 5
+    assert len([s for s in stores if s[1] == "BlendedDataset"]) == 3 + 2
+    assert _stores(out / "stores-fast.log") == []  # fast_cache_load only loads
+
+
+def test_ranks_not_built_get_none(shared):
+    _, results = shared
+    assert [r["not_built"]["ok"] for r in results] == [True] * WORLD
+    assert results[1]["not_built"]["value"] is None
+    assert results[0]["not_built"]["value"]["mismatches"] == []
+    assert results[2]["not_built"]["value"] == results[0]["not_built"]["value"]
+
+
+def test_rank0_failure_raises_on_every_rank_without_hanging(shared):
+    _, results = shared
+    first = results[0]["rank0_fails"]
+    assert first["type"] == "CacheError" and "path_to_cache" in first["message"]
+    for r in results[1:]:
+        assert r["rank0_fails"]["type"] == "DistributedError"
+        assert "rank 0: CacheError" in r["rank0_fails"]["message"]
+
+
+def test_node_local_caches_are_built_once_per_node(tmp_path):
+    results = harness.launch(__file__, "local", tmp_path, WORLD, local_ranks=[0] * WORLD,
+                             local_world_sizes=[1] * WORLD, timeout=300)
+    outcomes = [r["weighted"] for r in results]
+    assert all(o["ok"] and o["value"]["mismatches"] == [] for o in outcomes), outcomes
+    assert len({str(o["value"]["digests"]) for o in outcomes}) == 1
+    stores = _stores(tmp_path / "stores-local.log")
+    for rank in map(str, range(WORLD)):
+        mine = [cls for r, cls in stores if r == rank]
+        assert sorted(mine) == ["BlendedDataset"] * 3 + ["GPTDataset"] * 9, (rank, mine)
+    for rank in range(WORLD):
+        assert len(list((tmp_path / f"local{rank}").glob("*-description.txt"))) == 12
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1], sys.argv[2])
