@@ -1,0 +1,58 @@
+"""Target 5: preprocessing speed, by calling the PREPROCESS helper's bench_preprocess.py.
+
+That script measures, per tokenizer, the tokenizer library's own batch-encode speed
+on texts already in memory ("raw") and ``tokenloom preprocess`` from JSONL to
+.bin/.idx with 1 and 2 workers. There is no megatron-core side: the baseline is the
+raw tokenizer. It runs in its own process like every other measurement.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List
+
+from harness import run_side
+
+HERE = Path(__file__).resolve().parent
+
+
+def tokenloom_preprocess(params: Dict[str, Any], probe) -> Dict[str, Any]:
+    import bench_preprocess
+
+    probe.imported()
+    return {"report": bench_preprocess.main(params["argv"])}
+
+
+def run(ctx: Dict[str, Any]) -> List[Dict[str, Any]]:
+    if not (HERE / "bench_preprocess.py").exists():
+        return [{"target": "5 preprocessing", "case": "-",
+                 "tokenloom_error": "benchmarks/bench_preprocess.py not there yet"}]
+    argv = ["--max-mb", "1", "--repeats", "1"] if ctx["quick"] else ["--repeats", "2"]
+    rep = run_side("preprocess_bridge:tokenloom_preprocess", {"argv": argv}, timeout=3600)
+    if rep.get("error"):
+        return [{"target": "5 preprocessing", "case": "-", "tokenloom_error": rep["error"]}]
+    out = rep["report"]
+    rows = []
+    for name, res in out["results"].items():
+        raw, one, two = res.get("raw"), res.get("workers=1"), res.get("workers=2")
+        base = {"target": "5 preprocessing", "tokenloom_peak_rss_mib": rep.get("peak_rss_mib"),
+                "tokens": res.get("tokens"), "megabytes": out.get("megabytes")}
+        if raw and one:
+            rows.append(dict(base, case=f"{name}: 1 worker vs raw batch encode",
+                             megatron_display=f"raw {raw / 1e6:.2f} Mtok/s",
+                             tokenloom_display=f"{one / 1e6:.2f} Mtok/s",
+                             ratio_display=f"{one / raw:.2f}x raw",
+                             goal=">=0.85x raw", met=one / raw >= 0.85,
+                             ratio=one / raw))
+        if one and two:
+            rows.append(dict(base, case=f"{name}: 2 workers vs 1 worker",
+                             megatron_display=f"1 worker {one / 1e6:.2f} Mtok/s",
+                             tokenloom_display=f"{two / 1e6:.2f} Mtok/s",
+                             ratio_display=f"{two / one:.2f}x",
+                             goal=">=1.6x (0.8 x 2 cores)", met=two / one >= 1.6,
+                             ratio=two / one))
+    if rows:
+        rows[0]["notes"] = [f"{out.get('documents', 0):,} documents, "
+                            f"{out.get('megabytes', 0)} MB of stdlib text, "
+                            f"best of {out.get('repeats')}"]
+    return rows
