@@ -72,7 +72,7 @@ def _read_words(path: str) -> List[str]:
     try:
         with open(path, "rt", encoding="utf-8") as handle:
             return handle.read().split()
-    except OSError as error:
+    except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"--data-args-path {path}: cannot read it ({error})") from None
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from tokenloom.errors import FormatError
+from tokenloom.errors import ConfigError, FormatError
 
 _DESCRIPTION = """\
 Show what a Megatron .bin/.idx pair holds and check that it is sound.
@@ -97,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     """Inspect ``args.prefix``; return 0 when sound, 1 otherwise."""
     from tokenloom.format.integrity import check_integrity, dataset_summary, open_for_inspection
 
+    if args.vocab_size is not None and args.vocab_size < 1:
+        raise ConfigError(f"--vocab-size {args.vocab_size}: must be at least 1")
     try:
         dataset = open_for_inspection(args.prefix)
     except FormatError as error:

@@ -68,6 +68,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except TokenloomError as error:
         print(f"tokenloom {args.command}: error: {error}", file=sys.stderr)
         return 1
+    except OSError as error:  # disk full, unwritable output directory, ... : no traceback
+        print(f"tokenloom {args.command}: error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"tokenloom {args.command}: interrupted", file=sys.stderr)
         return 130

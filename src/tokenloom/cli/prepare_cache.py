@@ -128,7 +128,7 @@ def load_settings_file(path: str) -> Dict[str, Any]:
     try:
         with open(path, "rt", encoding="utf-8") as handle:
             text = handle.read()
-    except OSError as error:
+    except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"--config {path}: cannot read it ({error})") from None
     if path.endswith((".yaml", ".yml")):
         try:

@@ -7,6 +7,7 @@ tokens are mmapped, and ``TOKENLOOM_DISABLE_NUMBA`` is unset; otherwise
 
 from __future__ import annotations
 
+import operator
 import os
 from typing import Dict, Mapping, Optional, Sequence
 
@@ -61,10 +62,20 @@ def _check_out(out: Mapping[str, numpy.ndarray], shape: tuple) -> Dict[str, nump
     return checked
 
 
+def _integer(index) -> int:
+    try:
+        value = operator.index(index)  # int() would turn 1.7 or "1" into a sample silently
+    except TypeError:
+        raise TypeError(f"sample index must be an integer or None, got {index!r}") from None
+    if not -2**63 <= value < 2**63:
+        raise IndexError(f"sample index {value} out of range")
+    return value
+
+
 def _rows(indices: Sequence[Optional[int]], length: int) -> numpy.ndarray:
     """Sample positions as int64, -1 for ``None`` (padding sample); range checked."""
-    rows = numpy.fromiter((-1 if i is None else int(i) for i in indices), dtype=numpy.int64,
-                          count=len(indices))
+    rows = numpy.fromiter((-1 if i is None else _integer(i) for i in indices),
+                          dtype=numpy.int64, count=len(indices))
     padding = numpy.array([i is None for i in indices], dtype=bool)
     rows = numpy.where(~padding & (rows < 0), rows + length, rows)
     bad = ~padding & ((rows < 0) | (rows >= length))
@@ -95,9 +106,11 @@ def get_batch(dataset, indices: Sequence[Optional[int]],
     module = kernels()
     if module is None or source.tokens is None or not len(indices):
         return reference_get_batch(dataset, [None if r < 0 else int(r) for r in rows], out)
-    module.fill_batch(source.tokens, source.pointers, source.itemsize, source.lengths,
+    bad = module.fill_batch(source.tokens, source.pointers, source.itemsize, source.lengths,
            dataset.document_index, dataset.sample_index, dataset.shuffle_index, rows,
            maker.extra, maker.pad, maker.eod, maker.pad_in_data, bool(dataset.config.reset_position_ids),
            bool(dataset.config.eod_mask_loss), out["tokens"], out["labels"], out["loss_mask"],
            out["position_ids"])
+    if bad < 0:
+        raise source.bad_document(-1 - int(bad))
     return out

@@ -24,9 +24,19 @@ def _copy(tokens, start, count, dst, at):
 
 
 @njit(cache=True, nogil=True)
+def _bad_document(tokens, pointers, itemsize, lengths, doc):
+    """Whether document ``doc``'s pointer is negative, misaligned or its tokens run past
+    the end of ``tokens`` (a corrupt ``.idx``: the caller raises FormatError)."""
+    pointer = numpy.int64(pointers[doc])
+    return (pointer < 0 or pointer % itemsize != 0
+            or pointer // itemsize + numpy.int64(lengths[doc]) > tokens.shape[0])
+
+
+@njit(cache=True, nogil=True)
 def _gather(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra,
             pad, out_tokens, out_labels):
-    """Write sample ``j``'s tokens and labels; return how many tokens came from data."""
+    """Write sample ``j``'s tokens and labels; return how many tokens came from data
+    (``-1 - doc`` when document ``doc`` lies outside the ``.bin``)."""
     seq = out_tokens.shape[0]
     begin, begin_offset = sample_index[j, 0], sample_index[j, 1]
     end, end_offset = sample_index[j + 1, 0], sample_index[j + 1, 1]
@@ -38,6 +48,8 @@ def _gather(tokens, pointers, itemsize, lengths, document_index, sample_index, j
             count = numpy.int64(end_offset) + extra - offset
         else:
             count = numpy.int64(lengths[doc]) - offset
+        if _bad_document(tokens, pointers, itemsize, lengths, doc):
+            return -1 - numpy.int64(doc)
         start = numpy.int64(pointers[doc]) // itemsize + offset
         _copy(tokens, start, count, out_tokens, p)
         _copy(tokens, start, count, out_labels, p - 1)
@@ -56,7 +68,8 @@ def _gather(tokens, pointers, itemsize, lengths, document_index, sample_index, j
 def gather_text(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra,
                 pad, out):
     """The ``seq + extra`` tokens of sample ``j`` into ``out`` (int64, pad after the
-    data); returns how many came from data."""
+    data); returns how many came from data (``-1 - doc`` when document ``doc`` lies
+    outside the ``.bin``)."""
     begin, begin_offset = sample_index[j, 0], sample_index[j, 1]
     end, end_offset = sample_index[j + 1, 0], sample_index[j + 1, 1]
     p = numpy.int64(0)
@@ -67,6 +80,8 @@ def gather_text(tokens, pointers, itemsize, lengths, document_index, sample_inde
             count = numpy.int64(end_offset) + extra - offset
         else:
             count = numpy.int64(lengths[doc]) - offset
+        if _bad_document(tokens, pointers, itemsize, lengths, doc):
+            return -1 - numpy.int64(doc)
         start = numpy.int64(pointers[doc]) // itemsize + offset
         _copy(tokens, start, count, out, p)
         p += count
@@ -105,7 +120,9 @@ def _finish(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, 
 def fill_batch(tokens, pointers, itemsize, lengths, document_index, sample_index,
                shuffle_index, rows, extra, pad, eod, pad_in_data, reset_position_ids,
                eod_mask_loss, out_tokens, out_labels, out_loss, out_positions):
-    """Fill row ``b`` of every ``out_*`` with sample ``rows[b]`` (-1: padding sample)."""
+    """Fill row ``b`` of every ``out_*`` with sample ``rows[b]`` (-1: padding sample).
+
+    Returns 0, or ``-1 - doc`` as soon as document ``doc`` lies outside the ``.bin``."""
     seq = out_tokens.shape[1]
     for b in range(rows.shape[0]):
         k = rows[b]
@@ -115,8 +132,11 @@ def fill_batch(tokens, pointers, itemsize, lengths, document_index, sample_index
         j = numpy.int64(shuffle_index[k])
         filled = _gather(tokens, pointers, itemsize, lengths, document_index, sample_index,
                          j, extra, pad, out_tokens[b], out_labels[b])
+        if filled < 0:
+            return filled
         check_pad = pad_in_data or extra == 0 or filled < seq + extra
         _finish(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens[b],
                 out_labels[b], out_loss[b], out_positions[b])
         if padding_sample:
             out_loss[b, :] = 0.0
+    return numpy.int64(0)

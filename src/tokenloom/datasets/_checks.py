@@ -105,6 +105,9 @@ def _check_weights(name: str, weights: object, count: int) -> Optional[List[floa
                 f"{name}: weight {weight!r} must be a finite number > 0; remove a prefix "
                 "instead of giving it weight 0"
             )
+    if not math.isfinite(sum(float(weight) for weight in weights)):
+        raise ConfigError(f"{name}: weights {list(weights)} are too large to add up as floats; "
+                          "only their ratios matter, scale them down (e.g. to sum to 1)")
     return list(weights)
 
 

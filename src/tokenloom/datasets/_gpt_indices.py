@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 
 import numpy
 
-from tokenloom.errors import ConfigError
+from tokenloom.errors import ConfigError, FormatError
 
 __all__ = ["EpochPlan", "plan_epochs", "count_samples", "build_indices"]
 
@@ -76,7 +76,12 @@ def plan_epochs(sequence_lengths: numpy.ndarray, indices: numpy.ndarray,
     from tokenloom.index import num_epochs_needed
 
     indices = numpy.asarray(indices)
-    tokens = int(numpy.sum(sequence_lengths[indices], dtype=numpy.int64)) if indices.size else 0
+    exposed = sequence_lengths[indices]
+    if indices.size and int(exposed.min()) < 0:
+        at = int(indices[int(numpy.argmin(exposed))])
+        raise FormatError(f"{where}: sequence {at} has negative length {int(exposed.min())} in "
+                          "the .idx; the index file is corrupt: rebuild the .bin/.idx pair")
+    tokens = int(numpy.sum(exposed, dtype=numpy.int64)) if indices.size else 0
     _check_nonempty(indices, tokens, where)
     epochs = 1 if num_samples is None else num_epochs_needed(
         tokens, num_samples, sequence_length, extra)

@@ -13,6 +13,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy
 
+from tokenloom.errors import ConfigError, FormatError
 from tokenloom.datasets.masks import (
     causal_attention_mask,
     document_boundaries,
@@ -48,9 +49,22 @@ class TokenSource:
     def part(self, doc: int, offset: int, length: int) -> numpy.ndarray:
         """``length`` tokens of document ``doc`` from ``offset``."""
         if self.tokens is not None:
-            start = int(self.pointers[doc]) // self.itemsize + offset
+            pointer = int(self.pointers[doc])
+            if pointer < 0 or pointer % self.itemsize \
+                    or pointer // self.itemsize + int(self.lengths[doc]) > self.tokens.shape[0]:
+                raise self.bad_document(doc)
+            start = pointer // self.itemsize + offset
             return self.tokens[start : start + length]
         return self.dataset.get(doc, offset=offset, length=length)
+
+    def bad_document(self, doc: int) -> FormatError:
+        """The error for a document whose ``.idx`` pointer/length leave the ``.bin``."""
+        prefix = getattr(self.dataset, "path_prefix", type(self.dataset).__name__)
+        return FormatError(
+            f"{prefix}.idx: sequence {doc} has pointer {int(self.pointers[doc])} and length "
+            f"{int(self.lengths[doc])}, which is negative, not a multiple of the "
+            f"{self.itemsize}-byte dtype or past the end of the {self.tokens.nbytes}-byte "
+            f"{prefix}.bin; the .idx is corrupt or belongs to another .bin: rebuild the pair")
 
     def may_contain(self, value: int) -> bool:
         """Whether ``value`` could appear in the token data (False: out of dtype range)."""
@@ -62,8 +76,11 @@ class TokenSource:
                extra: int, pad: int, out: numpy.ndarray) -> int:
         """Copy sample ``row``'s tokens into ``out``, pad the rest; return the data count."""
         if self.kernel is not None:
-            return int(self.kernel(self.tokens, self.pointers, self.itemsize, self.lengths,
-                                   document_index, sample_index, row, extra, pad, out))
+            filled = int(self.kernel(self.tokens, self.pointers, self.itemsize, self.lengths,
+                                     document_index, sample_index, row, extra, pad, out))
+            if filled < 0:
+                raise self.bad_document(-1 - filled)
+            return filled
         begin, begin_offset = sample_index.item(row, 0), sample_index.item(row, 1)
         end, end_offset = sample_index.item(row + 1, 0), sample_index.item(row + 1, 1)
         if begin == end:
@@ -106,7 +123,13 @@ class SampleMaker:
         self.ones = numpy.ones(self.seq, dtype=numpy.float32)
         self.causal = None
         if config.create_attention_mask:
-            self.causal = causal_attention_mask(self.seq)
+            try:
+                self.causal = causal_attention_mask(self.seq)
+            except MemoryError:
+                raise ConfigError(
+                    f"create_attention_mask=True with sequence_length={self.seq} needs a "
+                    f"{self.seq}x{self.seq} mask, which does not fit in memory; set "
+                    "create_attention_mask=False (the causal mask is implied)") from None
             self.causal.flags.writeable = False
 
     def split_text(self, text: numpy.ndarray) -> Tuple[numpy.ndarray, numpy.ndarray]:

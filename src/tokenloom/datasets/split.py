@@ -12,6 +12,7 @@ The arithmetic (float accumulation order, rounding) is exactly megatron-core
 
 from __future__ import annotations
 
+import math
 import re
 from enum import Enum
 from typing import List, Optional, Sequence, Tuple
@@ -44,7 +45,13 @@ def normalize(weights: Sequence[float]) -> List[float]:
     import numpy
 
     array = numpy.array(weights, dtype=numpy.float64)
-    return (array / numpy.sum(array)).tolist()
+    with numpy.errstate(over="ignore"):
+        total = numpy.sum(array)
+    if not numpy.isfinite(total) or total <= 0.0:
+        raise ConfigError(
+            f"weights {list(weights)} sum to {float(total)}; they must be finite, non-negative "
+            "and sum to a finite positive number: scale them down (only their ratios matter)")
+    return (array / total).tolist()
 
 
 def parse_and_normalize_split(split: str) -> List[float]:
@@ -71,6 +78,9 @@ def parse_and_normalize_split(split: str) -> List[float]:
             f"{len(Split)} splits (train, valid, test); give at most {len(Split)}"
         )
     values += [0.0] * (len(Split) - len(values))
+    if not math.isfinite(sum(values)):
+        raise ConfigError(f"split={split!r}: the weights are too large to add up as floats; "
+                          "only their ratios matter, write e.g. '98,2,0'")
     if sum(values) <= 0.0:
         raise ConfigError(
             f"split={split!r}: the weights sum to zero, so no split receives any "

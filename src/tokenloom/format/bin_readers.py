@@ -19,9 +19,11 @@ from typing import Callable, Dict, Optional
 import numpy
 
 from tokenloom.errors import ConfigError, FormatError
-from tokenloom.format.spec import MissingFileError
+from tokenloom.format.spec import MissingFileError, open_regular_file
 
 logger = logging.getLogger(__name__)
+
+_MAX_OFFSET = (1 << 63) - 1  # beyond this seek() fails with EINVAL (retrying cannot help)
 
 
 class BinReader(ABC):
@@ -58,10 +60,7 @@ def _short_read(path: str, count: int, offset: int, itemsize: int, got_bytes: in
 
 
 def _open_existing(path: str):
-    try:
-        return open(path, "rb", buffering=0)
-    except FileNotFoundError:
-        raise MissingFileError(f"{path}: data file does not exist") from None
+    return open_regular_file(path, "data", buffering=0)
 
 
 class MMapBinReader(BinReader):
@@ -125,8 +124,7 @@ class FileBinReader(BinReader):
         self._lock = threading.Lock()
         self._handle = None
         self._pid = None
-        if not os.path.exists(bin_path):
-            raise MissingFileError(f"{bin_path}: data file does not exist")
+        _open_existing(bin_path).close()  # fail now on a missing/irregular/unreadable file
 
     @property
     def size(self) -> int:
@@ -153,9 +151,10 @@ class FileBinReader(BinReader):
 
     def read(self, dtype, count: int, offset: int) -> numpy.ndarray:
         """Read ``count`` tokens at byte ``offset`` into a fresh writable array."""
+        itemsize = numpy.dtype(dtype).itemsize
+        if offset < 0 or count < 0 or offset + count * itemsize > _MAX_OFFSET:
+            raise _short_read(self.path, count, offset, itemsize, 0)  # not worth a retry
         out = numpy.empty(count, dtype=dtype)
-        if offset < 0:
-            raise _short_read(self.path, count, offset, out.itemsize, 0)
         sleep = self.sleep_duration_start
         for attempt in range(self.num_max_retries + 1):
             try:

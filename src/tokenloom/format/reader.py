@@ -26,16 +26,23 @@ from tokenloom.format.dtypes import DType
 from tokenloom.format.spec import (
     HEADER_SIZE,
     IndexHeader,
-    MissingFileError,
     detect_layout,
     get_bin_path,
     get_idx_path,
+    open_regular_file,
     unpack_header,
 )
 
 
 class IndexOutOfRangeError(FormatError, IndexError):
     """A sequence index, offset or length points outside the dataset."""
+
+
+def _integer(name: str, value) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {value!r}") from None
 
 
 class IndexFile:
@@ -75,11 +82,7 @@ class IndexFile:
 
 
 def _map_file(path: str):
-    try:
-        handle = open(path, "rb")
-    except FileNotFoundError:
-        raise MissingFileError(f"{path}: index file does not exist") from None
-    with handle:
+    with open_regular_file(path, "index") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size < HEADER_SIZE:
             return handle.read(), size
@@ -138,6 +141,23 @@ def _check_bin_size(index: IndexFile, reader: BinReader, itemsize: int) -> None:
         )
 
 
+def _check_back_to_back(prefix: str, pointers: numpy.ndarray, lengths: numpy.ndarray,
+                        itemsize: int, start: int) -> None:
+    """FormatError unless the sequences of a slice lie back to back in the ``.bin``
+    (a slice is read in one go, so it would disagree with reading item by item)."""
+    if pointers.shape[0] < 2:
+        return
+    steps = lengths[:-1].astype(numpy.int64) * itemsize
+    wrong = numpy.flatnonzero(pointers[1:] - pointers[:-1] != steps)
+    if wrong.size:
+        at = start + int(wrong[0]) + 1
+        raise FormatError(
+            f"{prefix}.idx: sequence {at} has pointer {int(pointers[wrong[0] + 1])}, but the "
+            f"previous sequence ends at byte {int(pointers[wrong[0]] + steps[wrong[0]])}; the "
+            "pointers disagree with the lengths, the index file is corrupt (check it with "
+            "`tokenloom inspect`)")
+
+
 class IndexedDataset:
     """A tokenised corpus stored as a Megatron ``.bin``/``.idx`` pair.
 
@@ -186,6 +206,7 @@ class IndexedDataset:
         self._count = index.header.sequence_count
         self._lengths, self._pointers = index.lengths, index.pointers
         self._tokens = reader.tokens(self.dtype)
+        self._bin_size = reader.size
         _check_bin_size(index, reader, self._itemsize)
 
     # -- pickling: reopen the files in the receiving process -------------------------
@@ -290,16 +311,23 @@ class IndexedDataset:
 
     def _read(self, pointer: int, count: int) -> numpy.ndarray:
         tokens = self._tokens
+        start, misaligned = divmod(pointer, self._itemsize)
         if tokens is None:
             self._live_index()
+            size = self._bin_size
+            if misaligned or pointer < 0 or count < 0 \
+                    or (size is not None and pointer + count * self._itemsize > size):
+                raise self._bad_read(pointer, count, size)
             return self.bin_reader.read(self.dtype, count, pointer)
-        start, misaligned = divmod(pointer, self._itemsize)
         out = tokens[start:start + count]
         if misaligned or pointer < 0 or out.shape[0] != count:
-            raise FormatError(
-                f"{self.path_prefix}.bin: cannot read {count} tokens at byte offset {pointer} of a "
-                f"{tokens.nbytes}-byte data file; the .idx pointers and the .bin disagree")
+            raise self._bad_read(pointer, count, tokens.nbytes)
         return out
+
+    def _bad_read(self, pointer: int, count: int, size: Optional[int]) -> FormatError:
+        return FormatError(
+            f"{self.path_prefix}.bin: cannot read {count} tokens at byte offset {pointer} of a "
+            f"{size}-byte data file; the .idx pointers and the .bin disagree")
 
     def get(self, idx: int, offset: int = 0, length: Optional[int] = None):
         """Tokens ``[offset, offset + length)`` of sequence ``idx`` (to its end by default).
@@ -311,8 +339,10 @@ class IndexedDataset:
         if lengths is None:
             self._live_index()
         size = int(lengths[i])
-        if length is None:
-            length = size - offset
+        if size < 0:
+            raise self._negative_length(i, size)
+        offset = _integer("offset", offset)
+        length = size - offset if length is None else _integer("length", length)
         if offset < 0 or length < 0 or offset + length > size:
             raise IndexOutOfRangeError(
                 f"{self.path_prefix}: get({idx}, offset={offset}, length={length}) reads past "
@@ -321,6 +351,10 @@ class IndexedDataset:
         if self.multimodal:
             return tokens, self._index.modes[i]
         return tokens
+
+    def _negative_length(self, i: int, size: int) -> FormatError:
+        return FormatError(f"{self.path_prefix}.idx: sequence {i} has negative length {size}; "
+                           "the index file is corrupt: rebuild the .bin/.idx pair")
 
     def __getitem__(self, idx: Union[int, slice]):
         """``ds[i]``: one sequence (ndarray, or ``(tokens, mode)`` when multimodal);
@@ -337,7 +371,12 @@ class IndexedDataset:
         index = self._live_index()
         stop = max(start, stop)
         lengths = index.lengths[start:stop]
+        if stop > start and int(lengths.min()) < 0:
+            at = start + int(numpy.argmin(lengths))
+            raise self._negative_length(at, int(index.lengths[at]))
         if stop > start:
+            _check_back_to_back(self.path_prefix, index.pointers[start:stop], lengths,
+                                self._itemsize, start)
             flat = self._read(int(index.pointers[start]), int(lengths.sum(dtype=numpy.int64)))
             sequences: List[numpy.ndarray] = numpy.split(flat, numpy.cumsum(lengths[:-1]))
         else:

@@ -16,6 +16,7 @@ Layout (all little endian)::
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from typing import NamedTuple, Optional, Type
@@ -33,6 +34,23 @@ HEADER_SIZE = _HEADER.size  # 34 bytes
 
 class MissingFileError(FormatError, FileNotFoundError):
     """A ``.idx`` or ``.bin`` file that was asked for does not exist."""
+
+
+def open_regular_file(path: str, what: str, buffering: int = -1):
+    """Open ``path`` for binary reading; a clear FormatError when it is missing, not a
+    regular file (a directory, a FIFO that would block, a device) or unreadable."""
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise FormatError(f"{path}: the {what} file is {kind}; point the prefix at a "
+                              "Megatron .bin/.idx pair")
+        return open(path, "rb", buffering=buffering)
+    except FileNotFoundError:
+        raise MissingFileError(f"{path}: {what} file does not exist") from None
+    except (PermissionError, IsADirectoryError, NotADirectoryError) as error:
+        raise FormatError(f"{path}: cannot open the {what} file: {error.strerror}; "
+                          "check the path and its permissions") from None
 
 
 def get_idx_path(path_prefix: str) -> str:
@@ -129,11 +147,8 @@ def _bad_magic(data: bytes, path: str) -> None:
 def read_index_header(idx_path: str) -> IndexHeader:
     """Read only the fixed header of ``idx_path`` and validate magic, version and dtype."""
     idx_path = os.fspath(idx_path)
-    try:
-        with open(idx_path, "rb") as handle:
-            data = handle.read(HEADER_SIZE)
-    except FileNotFoundError:
-        raise MissingFileError(f"{idx_path}: index file does not exist") from None
+    with open_regular_file(idx_path, "index") as handle:
+        data = handle.read(HEADER_SIZE)
     return unpack_header(data, idx_path)
 
 
@@ -203,6 +218,7 @@ __all__ = [
     "INDEX_VERSION",
     "HEADER_SIZE",
     "MissingFileError",
+    "open_regular_file",
     "IndexHeader",
     "IndexLayout",
     "get_idx_path",

@@ -53,7 +53,12 @@ class IndexedDatasetBuilder:
         self._documents = GrowableArray(numpy.int64, [0])
         self._modes = GrowableArray(numpy.int8) if self.multimodal else None
         self._pid = os.getpid()
-        self._tmp_bin: Optional[str] = temporary_sibling(self.bin_path)
+        try:
+            self._tmp_bin: Optional[str] = temporary_sibling(self.bin_path)
+        except OSError as error:
+            raise FormatError(f"{self.bin_path}: cannot create the output data file "
+                              f"({error}); check that its directory can be created and "
+                              "written") from None
         self.data_file = open(self._tmp_bin, "wb")
 
     # -- index views ------------------------------------------------------------------
