@@ -35,7 +35,7 @@ def stored(tmp_path):
 
 def test_key_is_md5_of_the_ordered_description():
     key = CacheKey("X", "valid", OrderedDict([("b", 1), ("a", [1, 2])]))
-    assert key.description == json.dumps({"b": 1, "a": [1, 2]}, indent=4)
+    assert key.description == json.dumps({"b": 1, "a": [1, 2]}, separators=(",", ":"))
     assert key.hash == description_hash(key.description) and len(key.hash) == 32
     assert key.stem == f"{key.hash}-X-valid"
     assert CacheKey("X", "valid", {"b": 2, "a": [1, 2]}).hash != key.hash

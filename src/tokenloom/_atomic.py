@@ -2,6 +2,14 @@
 
 A crash at any point leaves either the old file (or nothing) or the complete new
 file under the final name, never a half-written file that later reads as valid.
+
+``durable=False`` skips the fsyncs (file and directory) but keeps the
+temporary-then-rename protocol: other processes still see the old file or the
+complete new one, never a partial one. After a power loss (not a process crash) the
+new name may then hold a zero-filled or short file, so it is only for files that are
+validated when read and rebuildable (the index caches: sizes, headers and CRC32s are
+checked on load); it saves the one or two disk flushes per file that dominate writing
+thousands of small cache files.
 """
 
 from __future__ import annotations
@@ -68,33 +76,38 @@ def publish(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+def atomic_open(path: str | os.PathLike, mode: str = "wb", *,
+                durable: bool = True) -> Iterator[IO]:
     """Open a temporary sibling of ``path`` for writing; publish it on success.
 
     On an exception the temporary file is removed and ``path`` is untouched.
+    ``durable=False``: no fsync (see the module docstring for when that is safe).
     """
     tmp = temporary_sibling(path)
     try:
         with open(tmp, mode) as handle:
             yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        publish(tmp, path)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)  # the data was fsynced above: no second fsync of tmp
+        if durable:
+            fsync_dir(path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` atomically."""
-    with atomic_open(path, "wb") as handle:
+    with atomic_open(path, "wb", durable=durable) as handle:
         handle.write(data)
 
 
-def atomic_save_npy(path: str | os.PathLike, array) -> None:
+def atomic_save_npy(path: str | os.PathLike, array, *, durable: bool = True) -> None:
     """``numpy.save`` to ``path`` atomically (no ``.npy`` suffix is appended)."""
     import numpy
 
-    with atomic_open(path, "wb") as handle:
+    with atomic_open(path, "wb", durable=durable) as handle:
         numpy.save(handle, array, allow_pickle=False)

@@ -32,6 +32,7 @@ from typing import Any, Callable, List, Optional, Sequence, Type
 
 import numpy
 
+from tokenloom import _startup_memo as startup_memo
 from tokenloom.datasets.blended import BlendedDataset
 from tokenloom.datasets.split import Split, normalize, split_document_range
 from tokenloom.distributed import Communicator, build_on_rank0_then_load
@@ -238,21 +239,26 @@ class BlendedMegatronDatasetBuilder:
     def _build_megatron_datasets_parallel(self, prefixes: List[str], split: List[Optional[tuple]],
                                           sizes_per_dataset: List[List[Optional[int]]]
                                           ) -> List[List[Optional[Any]]]:
-        """For each split, the mid-level dataset of every prefix (built in threads)."""
+        """For each split, the mid-level dataset of every prefix (built in threads).
+
+        With a start-up memo (see :mod:`tokenloom._startup_memo`) the prefixes it vouches
+        for are not opened: their datasets get a ``DeferredIndexedDataset``. When it
+        vouches for all of them nothing is left to wait for, so no threads are started.
+        """
         def construct() -> List[List[Optional[Any]]]:
-            per_split: List[List[Optional[Any]]] = [[] for _ in Split]
-            workers = max(1, min(int(self.config.num_dataset_builder_threads), len(prefixes)))
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                futures = [pool.submit(self._construct_splits, prefix, split, sizes)
-                           for prefix, sizes in zip(prefixes, sizes_per_dataset)]
-                try:
-                    for future in futures:
-                        for j, dataset in enumerate(future.result()):
-                            per_split[j].append(dataset)
-                except BaseException:
-                    for future in futures:
-                        future.cancel()
-                    raise
+            memo = startup_memo.memo_for(self.cls, self.config, prefixes)
+            lows = [None if memo is None else startup_memo.deferred_low_level(memo, p, self.config)
+                    for p in prefixes]
+            jobs = [(self._construct_splits, prefix, split, sizes, low, memo)
+                    for prefix, sizes, low in zip(prefixes, sizes_per_dataset, lows)]
+            if memo is not None and all(low is not None for low in lows):
+                results = [job[0](*job[1:]) for job in jobs]
+            else:
+                results = self._in_threads(jobs)
+            per_split = [list(column) for column in zip(*results)]
+            if memo is not None:
+                startup_memo.record_lengths(memo, (d for column in per_split for d in column))
+                memo.save()
             return per_split
 
         built = self._on_ranks(construct, f"the {self.cls.__name__} datasets of {len(prefixes)} prefixes")
@@ -266,9 +272,25 @@ class BlendedMegatronDatasetBuilder:
                                f"the {self.cls.__name__} splits of {dataset_path or 'mock data'}")
         return built if built is not None else [None] * len(Split)
 
+    def _in_threads(self, jobs: List[tuple]) -> List[Any]:
+        """``[job[0](*job[1:]) for job in jobs]`` in ``num_dataset_builder_threads`` threads."""
+        workers = max(1, min(int(self.config.num_dataset_builder_threads), len(jobs)))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(*job) for job in jobs]
+            try:
+                return [future.result() for future in futures]
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+
     def _construct_splits(self, dataset_path: Optional[str], split: List[Optional[tuple]],
-                          sizes: List[Optional[int]]) -> List[Optional[Any]]:
-        low_level = self.cls.build_low_level_dataset(dataset_path, self.config)
+                          sizes: List[Optional[int]], low_level: Any = None,
+                          memo: Any = None) -> List[Optional[Any]]:
+        if low_level is None and memo is not None:
+            low_level = startup_memo.open_and_record(memo, self.cls, dataset_path, self.config)
+        elif low_level is None:
+            low_level = self.cls.build_low_level_dataset(dataset_path, self.config)
         num_elements = self.cls.numel_low_level_dataset(low_level)
         fast = bool(getattr(self.config, "fast_cache_load", False))
         datasets: List[Optional[Any]] = []
@@ -281,6 +303,8 @@ class BlendedMegatronDatasetBuilder:
                 begin, end = split_document_range(split[i], num_elements)
                 indices = numpy.arange(begin, end, 1, dtype=numpy.int32)
             datasets.append(self.cls(low_level, dataset_path, indices, sizes[i], member, self.config))
+        if memo is not None:
+            startup_memo.release_opened(memo, dataset_path, low_level, datasets, self.config)
         return datasets
 
     # -- ranks -------------------------------------------------------------------------

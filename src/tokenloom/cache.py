@@ -14,7 +14,7 @@ from :func:`file_identity`, ...), so a cache is reused only when nothing changed
 API
 ---
 ``describe(identifiers) -> str``
-    Canonical JSON text (indent 4, in the given order) of a mapping of identifiers;
+    Canonical compact JSON text (in the given order) of a mapping of identifiers;
     objects with ``unique_identifiers`` (tokenizers, datasets) are serialised by it.
 ``description_hash(text) -> str``
     MD5 hex digest of a description text.
@@ -37,7 +37,10 @@ API
     :class:`~tokenloom.errors.CacheError` (``on_corrupt="raise"``);
     ``.load(...)``: like ``lookup`` but a miss raises ``CacheError`` naming the path;
     ``.store(key, arrays, checks=None) -> {name: path}``: writes every array
-    atomically, then the description last (it is the commit marker);
+    atomically, then the description last (it is the commit marker). The writes are
+    not fsynced (``durable=False``): a cache is rebuildable and every load checks
+    the description, the ``.npy`` headers and sizes (and CRC32s with
+    ``verify="checksum"``), so a file torn by a power loss is a miss, never used;
     ``.lazy(key, names, verify="size", checks=None) -> LazyArrays``: arrays mmapped at first
     ``lazy[name]`` access (for ``defer_npy_index_mmap``).
 
@@ -74,9 +77,11 @@ __all__ = [
     "LazyArrays",
 ]
 
-CACHE_FORMAT = "tokenloom-index-cache/1"
+CACHE_FORMAT = "tokenloom-index-cache/2"
 _IDENTITY_SAMPLE_BYTES = 1 << 18
-_SAMPLED_MD5: Dict[tuple, str] = {}  # (path, inode, size, mtime_ns) -> digest, per process
+# (path, inode, size, mtime_ns, ctime_ns) -> digest, per process; ctime because an in-place
+# rewrite can restore the mtime (os.utime) but not the ctime
+_SAMPLED_MD5: Dict[tuple, str] = {}
 
 
 def _jsonable(obj: object) -> object:
@@ -100,8 +105,11 @@ def _jsonable(obj: object) -> object:
 
 
 def describe(identifiers: Mapping[str, object]) -> str:
-    """Canonical JSON text of ``identifiers`` (keeps their order, like megatron-core)."""
-    return json.dumps(identifiers, indent=4, default=_jsonable)
+    """Canonical JSON text of ``identifiers`` (keeps their order, like megatron-core).
+
+    Compact, so that the C encoder writes it (an indented text takes the pure-Python
+    encoder, ten times slower: it was most of a warm start over many prefixes)."""
+    return json.dumps(identifiers, separators=(",", ":"), default=_jsonable)
 
 
 def description_hash(text: str) -> str:
@@ -110,7 +118,7 @@ def description_hash(text: str) -> str:
 
 
 def _sampled_md5(path: str, stat: os.stat_result) -> str:
-    memo = (path, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    memo = (path, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
     if memo not in _SAMPLED_MD5:
         _SAMPLED_MD5[memo] = _read_sampled_md5(path, stat.st_size)
     return _SAMPLED_MD5[memo]
@@ -195,6 +203,16 @@ class _Corrupt(Exception):
     """Internal: a cache file does not match its description."""
 
 
+def _recorded(path: str, meta: object) -> tuple:
+    """(dtype, shape, nbytes, crc32) recorded for ``path``; _Corrupt when the
+    description was edited into something else."""
+    try:
+        return (numpy.dtype(meta["dtype"]), tuple(int(n) for n in meta["shape"]),
+                int(meta["nbytes"]), int(meta["crc32"]))
+    except (KeyError, TypeError, ValueError) as error:
+        raise _Corrupt(f"{path}: its entry in the description is malformed ({error!r})") from None
+
+
 def _open_array(path: str, meta: Mapping[str, object], mmap: bool, verify: str) -> numpy.ndarray:
     """Open one cached ``.npy`` after checking it against its recorded metadata."""
     try:
@@ -204,19 +222,20 @@ def _open_array(path: str, meta: Mapping[str, object], mmap: bool, verify: str) 
         raise
     except (OSError, ValueError, SyntaxError) as error:
         raise _Corrupt(f"{path}: unreadable .npy header ({error})") from None
-    expected = (numpy.dtype(meta["dtype"]), tuple(meta["shape"]), False)
+    meta_dtype, meta_shape, nbytes, crc = _recorded(path, meta)
+    expected = (meta_dtype, meta_shape, False)
     if (dtype, tuple(shape), fortran) != expected:
         raise _Corrupt(f"{path}: header says {dtype}{shape}, description says "
                        f"{expected[0]}{expected[1]}")
-    if size != offset + int(meta["nbytes"]):
-        raise _Corrupt(f"{path}: {size} bytes, expected {offset + int(meta['nbytes'])} (truncated?)")
-    if int(meta["nbytes"]) == 0:
+    if size != offset + nbytes:
+        raise _Corrupt(f"{path}: {size} bytes, expected {offset + nbytes} (truncated?)")
+    if nbytes == 0:
         array = numpy.zeros(shape, dtype=dtype)
     elif mmap:
         array = numpy.memmap(path, dtype=dtype, mode="r", shape=tuple(shape), offset=offset)
     else:
         array = numpy.fromfile(path, dtype=dtype, offset=offset).reshape(shape)
-    if verify == "checksum" and _crc32(array) != int(meta["crc32"]):
+    if verify == "checksum" and _crc32(array) != crc:
         raise _Corrupt(f"{path}: CRC32 mismatch, the file is corrupt")
     return array
 
@@ -251,7 +270,9 @@ class IndexCache:
             raise _Corrupt(f"{path}: unreadable description ({error})") from None
         if not isinstance(stored, dict) or stored.get("format") != CACHE_FORMAT:
             raise _Corrupt(f"{path}: not a {CACHE_FORMAT} description")
-        if stored.get("description") != json.loads(key.description):
+        # the stored description must hash to the key (JSON text round-trips exactly)
+        if stored.get("hash") != key.hash or not isinstance(stored.get("description"), dict) \
+                or description_hash(describe(stored["description"])) != key.hash:
             raise _Corrupt(f"{path}: the description does not match the cache key")
         return stored
 
@@ -277,8 +298,11 @@ class IndexCache:
     def _open_all(self, key: CacheKey, names: list, stored: dict, mmap: bool,
                   verify: str) -> Dict[str, numpy.ndarray]:
         arrays = {}
+        recorded = stored.get("arrays")
+        if not isinstance(recorded, dict):
+            raise _Corrupt(f"{self.description_path(key)}: 'arrays' is not a mapping")
         for name, path in self.paths(key, names).items():
-            meta = stored.get("arrays", {}).get(name)
+            meta = recorded.get(name)
             if meta is None:
                 raise _Corrupt(f"{self.description_path(key)}: no entry for array {name!r}")
             arrays[name] = _open_array(path, meta, mmap, verify)
@@ -308,14 +332,15 @@ class IndexCache:
             os.makedirs(self.path_to_cache, exist_ok=True)
             for name, array in arrays.items():
                 array = numpy.ascontiguousarray(array)
-                atomic_save_npy(paths[name], array)
+                atomic_save_npy(paths[name], array, durable=False)
                 meta[name] = OrderedDict([("dtype", array.dtype.str), ("shape", list(array.shape)),
                                           ("nbytes", int(array.nbytes)), ("crc32", _crc32(array))])
             record = OrderedDict([("format", CACHE_FORMAT), ("class", key.class_name),
-                                  ("split", key.split_name),
+                                  ("split", key.split_name), ("hash", key.hash),
                                   ("description", json.loads(key.description)),
                                   ("checks", dict(checks or {})), ("arrays", meta)])
-            atomic_write_bytes(self.description_path(key), json.dumps(record, indent=4).encode())
+            atomic_write_bytes(self.description_path(key),
+                               json.dumps(record, separators=(",", ":")).encode(), durable=False)
         except OSError as error:
             raise CacheError(
                 f"cannot write the index cache in {self.path_to_cache} ({error}); set "

@@ -159,7 +159,10 @@ def test_cache_key_covers_every_input(parts, config, tmp_path):
     description = _description(blend)
     assert description["weights"] == [0.5, 0.3, 0.2] and description["size"] == 100
     assert description["split"] == "train" and len(description["datasets"]) == 3
-    assert description["datasets"][0]["data"]["idx"]["size"] > 0  # data file identity
+    # each contributing dataset enters by the stem of its own cache key, which hashes its
+    # full identity (data files included)
+    assert description["datasets"] == [part.cache_key.stem for part in parts]
+    assert parts[0].cache_identifiers["data"]["idx"]["size"] > 0
     keys = {blend.cache_key.hash}
     for weights, size in (([5, 3, 3], 100), ([5, 3, 2], 101)):
         keys.add(BlendedDataset(parts, weights, size, config).cache_key.hash)

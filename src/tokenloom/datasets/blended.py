@@ -15,12 +15,14 @@ Beyond megatron-core: every rule is checked with a :class:`~tokenloom.errors.Con
 (megatron asserts), an oversampled contributing dataset is a ConfigError naming
 ``mid_level_dataset_surplus`` (megatron raises IndexError), and the indices are cached
 through :mod:`tokenloom.cache` (atomic, validated, keyed by every input: the
-contributing datasets' full cache identities, weights, size and split).
+contributing datasets' cache stems (hashes of their full identities), weights, size and
+split).
 """
 
 from __future__ import annotations
 
 import logging
+import operator
 from collections import OrderedDict
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -83,7 +85,11 @@ def _check_datasets(datasets: Sequence[Any], weights: Sequence[Any]) -> Split:
 
 
 def _identity(dataset: Any) -> Any:
-    """Everything that shapes a contributing dataset (its full cache identity)."""
+    """What shapes a contributing dataset: the stem of its own index cache (the hash of
+    its full cache identity), else that identity itself (datasets without a cache)."""
+    key = getattr(dataset, "cache_key", None)
+    if key is not None:
+        return key.stem
     return getattr(dataset, "cache_identifiers", None) or dataset.unique_identifiers
 
 
@@ -122,9 +128,6 @@ class BlendedDataset:
 
     # -- identity and cache ----------------------------------------------------------
     def _describe(self) -> None:
-        import hashlib
-        import json
-
         ids: "OrderedDict[str, Any]" = OrderedDict()
         ids["class"] = type(self).__name__
         ids["datasets"] = [d.unique_identifiers for d in self.datasets]
@@ -132,10 +135,27 @@ class BlendedDataset:
         ids["weights"] = self.weights
         ids["size"] = self.size
         self.unique_identifiers = ids
-        self.unique_description = json.dumps(
-            ids, indent=4, default=lambda obj: obj.unique_identifiers)
-        self.unique_description_hash = hashlib.md5(
-            self.unique_description.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+    @property
+    def unique_description(self) -> str:
+        """megatron-core's description (indented JSON), computed on first access: at
+        thousands of datasets it costs more than the rest of a warm start."""
+        import json
+
+        text = self.__dict__.get("_unique_description")
+        if text is None:
+            text = json.dumps(self.unique_identifiers, indent=4,
+                              default=lambda obj: obj.unique_identifiers)
+            self.__dict__["_unique_description"] = text
+        return text
+
+    @property
+    def unique_description_hash(self) -> str:
+        """MD5 hex digest of :attr:`unique_description` (megatron-core's)."""
+        import hashlib
+
+        return hashlib.md5(self.unique_description.encode("utf-8"),
+                           usedforsecurity=False).hexdigest()
 
     @property
     def cache_identifiers(self) -> "OrderedDict[str, Any]":
@@ -223,8 +243,8 @@ class BlendedDataset:
     # -- samples ---------------------------------------------------------------------
     def _position(self, idx: Any) -> int:
         try:
-            k = int(idx)
-        except (TypeError, ValueError):
+            k = operator.index(idx)  # int() would turn 1.7 or "1" into a sample silently
+        except TypeError:
             raise TypeError(f"sample index must be an integer, got {idx!r}") from None
         count = len(self)
         if not -count <= k < count:

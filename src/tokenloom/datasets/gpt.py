@@ -15,7 +15,6 @@ corrupt cache is rebuilt or reported, never used; ``get_batch`` fills preallocat
 from __future__ import annotations
 
 import logging
-import operator
 import os
 from collections import OrderedDict
 from typing import Any, Dict, Mapping, Optional, Sequence
@@ -24,6 +23,7 @@ import numpy
 
 from tokenloom.cache import CacheKey, IndexCache, array_digest, file_identity
 from tokenloom.datasets import _gpt_indices
+from tokenloom.datasets._deferred import DeferredIndexedDataset
 from tokenloom.datasets._sample import SampleMaker, TokenSource
 from tokenloom.datasets.config import GPTDatasetConfig
 from tokenloom.datasets.megatron_dataset import MegatronDataset, tokenizer_identity
@@ -79,6 +79,8 @@ class GPTDataset(MegatronDataset):
     @staticmethod
     def numel_low_level_dataset(low_level_dataset: Any) -> int:
         """GPT splits a low-level dataset by sequence."""
+        if isinstance(low_level_dataset, DeferredIndexedDataset):
+            return len(low_level_dataset)  # its header count, without opening it
         return int(low_level_dataset.sequence_lengths.shape[0])
 
     @staticmethod
@@ -100,7 +102,7 @@ class GPTDataset(MegatronDataset):
         if indices.ndim != 1 or (indices.size and indices.dtype.kind not in "iu"):
             raise ConfigError(f"indexed_indices must be a 1-D integer array, got "
                               f"{indices.dtype} with shape {indices.shape}")
-        count = int(dataset.sequence_lengths.shape[0])
+        count = GPTDataset.numel_low_level_dataset(dataset)
         if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= count):
             raise ConfigError(f"indexed_indices reach [{int(indices.min())}, "
                               f"{int(indices.max())}] but the dataset has {count} sequences")
@@ -108,6 +110,8 @@ class GPTDataset(MegatronDataset):
 
     # -- identity and cache ----------------------------------------------------------
     def _data_identity(self) -> Any:
+        if isinstance(self.dataset, DeferredIndexedDataset):
+            return self.dataset.file_identity()  # from the start-up memo, files unopened
         identity = getattr(self.dataset, "unique_identifiers", None)
         if identity is not None:
             return identity
@@ -154,6 +158,25 @@ class GPTDataset(MegatronDataset):
         if self.config.defer_npy_index_mmap and cache.exists(key, INDEX_NAMES):
             self._lazy = cache.lazy(key, INDEX_NAMES, checks=checks)
             return
+        if self._defer_by_memo(cache, key, checks):
+            return
+        self._load_or_build(cache, key, checks, can_build)
+
+    def _defer_by_memo(self, cache: IndexCache, key: CacheKey, checks: Any) -> bool:
+        """Defer loading when the start-up memo knows this cache's length (see
+        ``_deferred``): the indices are loaded, fully verified, at first use."""
+        if not isinstance(self.dataset, DeferredIndexedDataset):
+            return False
+        length = self.dataset.known_length(key.stem)
+        if length is None:
+            return False
+        verify = "size" if self.config.fast_cache_load else "checksum"
+        self._lazy = cache.lazy(key, INDEX_NAMES, verify=verify, checks=checks)
+        self._length = self._memo_length = length
+        return True
+
+    def _load_or_build(self, cache: IndexCache, key: CacheKey, checks: Any,
+                       can_build: bool) -> None:
         verify = "size" if self.config.fast_cache_load else "checksum"
         arrays = cache.lookup(key, INDEX_NAMES, verify=verify, checks=checks,
                               on_corrupt="miss" if can_build else "raise")
@@ -190,17 +213,44 @@ class GPTDataset(MegatronDataset):
         if self.indices is None:
             raise CacheError("indexed_indices is None (fast_cache_load) and the index cache is "
                              "missing; build the cache first or pass the split's indices")
-        arrays = _gpt_indices.build_indices(
-            self.dataset.sequence_lengths, self.indices, self._plan(),
-            self.config.sequence_length, int(self.config.add_extra_token_to_sequence),
-            self.config.random_seed)
+        plan = self._plan()
+        try:
+            arrays = _gpt_indices.build_indices(
+                self.dataset.sequence_lengths, self.indices, plan,
+                self.config.sequence_length, int(self.config.add_extra_token_to_sequence),
+                self.config.random_seed)
+        except MemoryError as error:
+            raise ConfigError(
+                f"{self._where()}: num_samples={self.num_samples} with sequence_length="
+                f"{self.config.sequence_length} needs {plan.num_epochs} epochs of "
+                f"{self.indices.size} documents, and the indices do not fit in memory "
+                f"({error}); ask for fewer samples or a shorter sequence_length") from None
         return dict(zip(INDEX_NAMES, arrays))
 
     # -- the three indices -----------------------------------------------------------
     def _index(self, name: str) -> numpy.ndarray:
         if self._arrays is None:
-            self._arrays = {n: numpy.asarray(self._lazy[n]) for n in INDEX_NAMES}
+            if getattr(self, "_memo_length", None) is not None:
+                self._load_memo_deferred()
+            else:
+                self._arrays = {n: numpy.asarray(self._lazy[n]) for n in INDEX_NAMES}
         return self._arrays[name]
+
+    def _load_memo_deferred(self) -> None:
+        """First use of indices deferred by the memo: load them (a damaged or missing
+        cache is rebuilt like at construction), and check the length the memo gave."""
+        can_build = self.build_if_missing and self.indices is not None
+        try:
+            self._arrays = {n: numpy.asarray(self._lazy[n]) for n in INDEX_NAMES}
+        except CacheError:
+            if not can_build:
+                raise
+            self._load_or_build(self.cache, self.cache_key, self._lazy.checks, can_build)
+        if int(self._arrays["shuffle_index"].shape[0]) != self._memo_length:
+            raise CacheError(
+                f"{self._where()}: the index cache {self.cache.description_path(self.cache_key)}"
+                f" holds {self._arrays['shuffle_index'].shape[0]} samples but the start-up memo "
+                f"recorded {self._memo_length}; delete both from {self.cache.path_to_cache}")
 
     @property
     def document_index(self) -> numpy.ndarray:
@@ -239,32 +289,17 @@ class GPTDataset(MegatronDataset):
             self._maker = SampleMaker(self.config, self._pad_token_id, self._source)
         return self._source, self._maker
 
-    def _row(self, idx: Any) -> int:
-        try:
-            k = operator.index(idx)
-        except TypeError:
-            raise TypeError(f"sample index must be an integer or None, got {idx!r}") from None
-        count = len(self)
-        if k < 0:
-            k += count
-        if not 0 <= k < count:
-            raise IndexError(f"sample index {idx} out of range for {count} samples")
-        return int(self.shuffle_index[k])
-
     def __getitem__(self, idx: Optional[int]) -> Dict[str, numpy.ndarray]:
         """One sample: tokens, labels, [attention_mask], loss_mask, position_ids.
 
         ``None`` gives a batch-padding sample (sample 0 with an all-zero loss mask).
         """
-        source, maker = self._sampler()
-        row = self._row(0 if idx is None else idx)
-        text = numpy.empty(maker.seq + maker.extra, dtype=numpy.int64)
-        document_index, sample_index = self.document_index, self.sample_index
-        filled = source.gather(document_index, sample_index, row, maker.extra, maker.pad, text)
-        parts = None
-        if self.config.return_cu_seqlens:
-            parts = source.part_lengths(document_index, sample_index, row, maker.extra)
-        return maker.make(text, filled, parts, idx is None)
+        maker = self._maker
+        if maker is None or maker.bound is not self._arrays:  # first call, or reloaded
+            source, maker = self._sampler()
+            maker.bind(source, self.document_index, self.sample_index, self.shuffle_index,
+                       len(self), self._arrays)
+        return maker.fetch(idx)
 
     def get_batch(self, indices: Sequence[Optional[int]],
                   out: Optional[Mapping[str, numpy.ndarray]] = None) -> Dict[str, numpy.ndarray]:
