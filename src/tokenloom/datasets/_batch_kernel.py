@@ -1,12 +1,15 @@
-"""numba kernel of ``GPTDataset.get_batch`` (imported only when numba is installed).
+"""numba kernels of ``GPTDataset.get_batch`` and of ``dataset[i]``'s fast path
+(``fill_sample``); imported only when numba is installed.
 
-Per sample, each document part is copied twice from the mmapped ``.bin``: into the
-``tokens`` row and, shifted by one, into the ``labels`` row (tight, vectorisable
-loops); then ``loss_mask`` and ``position_ids`` are filled and the optional rules
-(EOD loss masking, position resets, pad replacement) run only when they can apply.
-The rules are exactly those of ``SampleMaker.make`` (the readable specification,
-checked against this kernel by property tests).
-"""
+Per sample, a first pass checks every document's pointer and reads one token per
+cache line of the sample's parts (independent loads: the lines of a random sample
+come from DRAM in parallel, not one copy loop at a time). Then each document part is
+copied twice from the mmapped ``.bin``: into the ``tokens`` row and, shifted by one,
+into the ``labels`` row (tight, vectorised loops); then ``loss_mask`` and
+``position_ids`` are filled and the optional rules (EOD loss masking, position
+resets, pad replacement) run only when they can apply. The rules are exactly those
+of ``SampleMaker.make`` (the readable specification, checked against these kernels
+by property tests)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,10 @@ def _copy(tokens, start, count, dst, at):
     low = max(0, -at)
     high = min(count, dst.shape[0] - at)
     if high > low:
-        dst[at + low : at + high] = tokens[start + low : start + high]
+        src = tokens[start + low : start + high]  # a loop over two slices: measured ~1.3x
+        out = dst[at + low : at + high]           # faster than numba's slice assignment
+        for i in range(high - low):
+            out[i] = src[i]
 
 
 @njit(cache=True, nogil=True)
@@ -33,23 +39,48 @@ def _bad_document(tokens, pointers, itemsize, lengths, doc):
 
 
 @njit(cache=True, nogil=True)
+def _span(lengths, document_index, sample_index, j, extra, position):
+    """``(doc, offset, count)``: sample ``j`` takes ``count`` tokens of document ``doc``
+    (at ``document_index[position]``) from token ``offset``."""
+    doc = document_index[position]
+    offset = numpy.int64(sample_index[j, 1]) if position == sample_index[j, 0] else numpy.int64(0)
+    if position == sample_index[j + 1, 0]:
+        count = numpy.int64(sample_index[j + 1, 1]) + extra - offset
+    else:
+        count = numpy.int64(lengths[doc]) - offset
+    return doc, offset, count
+
+
+@njit(cache=True, nogil=True)
+def _touch(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra):
+    """Check every document of sample ``j`` (``-1 - doc`` for the first bad one) and read
+    one token per cache line of its parts: the reads are independent, so the lines load
+    in parallel before the copy needs them (random samples live in DRAM). Returns the
+    non-negative sum of those tokens when all documents are good."""
+    total = numpy.int64(0)
+    step = max(1, 64 // itemsize)
+    for position in range(sample_index[j, 0], sample_index[j + 1, 0] + 1):
+        doc, offset, count = _span(lengths, document_index, sample_index, j, extra, position)
+        if _bad_document(tokens, pointers, itemsize, lengths, doc):
+            return -1 - numpy.int64(doc)
+        start = numpy.int64(pointers[doc]) // itemsize + offset
+        for i in range(start, min(start + count, tokens.shape[0]), step):
+            total += numpy.int64(tokens[i]) & 1
+    return total
+
+
+@njit(cache=True, nogil=True)
 def _gather(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra,
             pad, out_tokens, out_labels):
     """Write sample ``j``'s tokens and labels; return how many tokens came from data
     (``-1 - doc`` when document ``doc`` lies outside the ``.bin``)."""
+    touched = _touch(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra)
+    if touched < 0:
+        return touched
     seq = out_tokens.shape[0]
-    begin, begin_offset = sample_index[j, 0], sample_index[j, 1]
-    end, end_offset = sample_index[j + 1, 0], sample_index[j + 1, 1]
     p = numpy.int64(0)
-    for position in range(begin, end + 1):
-        doc = document_index[position]
-        offset = numpy.int64(begin_offset) if position == begin else numpy.int64(0)
-        if position == end:
-            count = numpy.int64(end_offset) + extra - offset
-        else:
-            count = numpy.int64(lengths[doc]) - offset
-        if _bad_document(tokens, pointers, itemsize, lengths, doc):
-            return -1 - numpy.int64(doc)
+    for position in range(sample_index[j, 0], sample_index[j + 1, 0] + 1):
+        doc, offset, count = _span(lengths, document_index, sample_index, j, extra, position)
         start = numpy.int64(pointers[doc]) // itemsize + offset
         _copy(tokens, start, count, out_tokens, p)
         _copy(tokens, start, count, out_labels, p - 1)
@@ -94,8 +125,8 @@ def _finish(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, 
             out_loss, out_positions):
     """Fill ``loss_mask``/``position_ids`` and apply the optional rules to one row."""
     seq = out_tokens.shape[0]
+    out_loss[:] = 1.0
     for p in range(seq):
-        out_loss[p] = 1.0
         out_positions[p] = p
     if eod_mask_loss:
         for p in range(seq):
@@ -114,6 +145,25 @@ def _finish(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, 
                 out_labels[p] = 0
             if out_tokens[p] == pad:
                 out_tokens[p] = 0
+
+
+@njit(cache=True, nogil=True)
+def fill_sample(tokens, pointers, lengths, document_index, sample_index, j, params,
+                out_tokens, out_labels, out_loss, out_positions):
+    """One sample (``GPTDataset.__getitem__``'s fast path): row ``j`` of the sample index
+    into the four ``out_*`` arrays. ``params`` is int64 ``[itemsize, extra, pad, eod,
+    pad_in_data, reset_position_ids, eod_mask_loss]`` (one array: fewer
+    arguments to unbox per call). Returns 0, or ``-1 - doc`` for a document outside the
+    ``.bin``."""
+    itemsize, extra, pad, eod = params[0], params[1], params[2], params[3]
+    filled = _gather(tokens, pointers, itemsize, lengths, document_index, sample_index, j,
+                     extra, pad, out_tokens, out_labels)
+    if filled < 0:
+        return filled
+    check_pad = params[4] != 0 or extra == 0 or filled < out_tokens.shape[0] + extra
+    _finish(eod, pad, check_pad, params[5] != 0, params[6] != 0, out_tokens, out_labels,
+            out_loss, out_positions)
+    return numpy.int64(0)
 
 
 @njit(cache=True, nogil=True)

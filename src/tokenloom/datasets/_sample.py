@@ -4,12 +4,17 @@
 ``.bin`` (``IndexedDataset.tokens``) when available, else the low-level dataset's
 ``get(idx, offset, length)`` (file-pointer readers, mocks). ``SampleMaker`` turns the
 gathered tokens into megatron-core's fields (tokens, labels, loss_mask, position_ids,
-optional attention_mask) with vectorised numpy and precomputed constants.
+optional attention_mask) with vectorised numpy and precomputed constants: the general,
+readable path. ``SampleMaker.bind`` picks, once per dataset, the function that serves
+``dataset[idx]``: the numba kernel ``_batch_kernel.fill_sample`` writing the four fields
+straight from the mmapped ``.bin`` (``fast_fetch``) whenever it can produce every field
+asked for, else the general path (``general_fetch``). Property tests prove they agree.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+import operator
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy
 
@@ -20,7 +25,9 @@ from tokenloom.datasets.masks import (
     ltor_masks_and_position_ids,
 )
 
-__all__ = ["TokenSource", "SampleMaker"]
+__all__ = ["TokenSource", "SampleMaker", "fast_fetch", "general_fetch"]
+
+_UNBOUND = object()
 
 
 class TokenSource:
@@ -39,12 +46,13 @@ class TokenSource:
             self.value_range = None if info is None else (int(info.min), int(info.max))
         else:
             self.pointers, self.itemsize, self.value_range = None, 0, None
-        self.kernel = None
+        self.kernel = self.sample_kernel = None
         if self.tokens is not None:
             from tokenloom.datasets._batch import kernels
 
             module = kernels()
-            self.kernel = None if module is None else module.gather_text
+            if module is not None:
+                self.kernel, self.sample_kernel = module.gather_text, module.fill_sample
 
     def part(self, doc: int, offset: int, length: int) -> numpy.ndarray:
         """``length`` tokens of document ``doc`` from ``offset``."""
@@ -122,6 +130,8 @@ class SampleMaker:
         self.positions = numpy.arange(self.seq, dtype=numpy.int64)
         self.ones = numpy.ones(self.seq, dtype=numpy.float32)
         self.causal = None
+        self.bound = _UNBOUND  # the index arrays ``fetch`` was bound to (see ``bind``)
+        self.fetch: Optional[Callable] = None
         if config.create_attention_mask:
             try:
                 self.causal = causal_attention_mask(self.seq)
@@ -174,3 +184,101 @@ class SampleMaker:
                 parts = numpy.append(parts, text.shape[0] - filled)
             sample["cu_seqlens"], sample["max_seqlen"] = document_boundaries(parts, self.seq)
         return sample
+
+    def fast_path_applies(self, source: TokenSource) -> bool:
+        """Whether ``fill_sample`` produces every field this config asks for."""
+        config = self.config
+        return (source.sample_kernel is not None and not config.return_cu_seqlens
+                and not (config.create_attention_mask and config.reset_attention_mask)
+                and _fits_int64(self.eod) and _fits_int64(self.pad))
+
+    def bind(self, source: TokenSource, document_index: numpy.ndarray,
+             sample_index: numpy.ndarray, shuffle_index: numpy.ndarray, count: int,
+             bound: object) -> Callable:
+        """Set (and return) ``self.fetch``: ``fetch(idx) -> sample dict`` over these
+        indices; ``bound`` (the owner's index container) marks what it was bound to."""
+        make = fast_fetch if self.fast_path_applies(source) else general_fetch
+        self.fetch = make(self, source, document_index, sample_index, shuffle_index, count)
+        self.bound = bound
+        return self.fetch
+
+    def general_sample(self, source: TokenSource, document_index: numpy.ndarray,
+                       sample_index: numpy.ndarray, row: int,
+                       is_padding_sample: bool) -> Dict[str, numpy.ndarray]:
+        """Sample ``row`` of the sample index by the general (readable) path."""
+        text = numpy.empty(self.seq + self.extra, dtype=numpy.int64)
+        filled = source.gather(document_index, sample_index, row, self.extra, self.pad, text)
+        parts = None
+        if self.config.return_cu_seqlens:
+            parts = source.part_lengths(document_index, sample_index, row, self.extra)
+        return self.make(text, filled, parts, is_padding_sample)
+
+
+def _fits_int64(value) -> bool:
+    """Whether ``value`` is an integer the kernel can take (a tokenizer may lack an EOD)."""
+    try:
+        return -2**63 <= operator.index(value) < 2**63
+    except TypeError:
+        return False
+
+
+def sample_position(idx, count: int) -> int:
+    """``idx`` (an integer, negative from the end) as a position in ``[0, count)``."""
+    try:
+        k = operator.index(idx)  # int() would turn 1.7 or "1" into a sample silently
+    except TypeError:
+        raise TypeError(f"sample index must be an integer or None, got {idx!r}") from None
+    if k < 0:
+        k += count
+    if not 0 <= k < count:
+        raise IndexError(f"sample index {idx} out of range for {count} samples")
+    return k
+
+
+def general_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.ndarray,
+                  sample_index: numpy.ndarray, shuffle_index: numpy.ndarray,
+                  count: int) -> Callable:
+    """``fetch(idx)`` by :meth:`SampleMaker.general_sample` (``None``: padding sample)."""
+    def fetch(idx):
+        row = shuffle_index.item(sample_position(0 if idx is None else idx, count))
+        return maker.general_sample(source, document_index, sample_index, row, idx is None)
+    return fetch
+
+
+def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.ndarray,
+               sample_index: numpy.ndarray, shuffle_index: numpy.ndarray,
+               count: int) -> Callable:
+    """``fetch(idx)`` by the ``fill_sample`` kernel: four fresh arrays per call, no
+    intermediate buffer; everything per-dataset is looked up here, once."""
+    config, seq, empty, int64, float32 = maker.config, maker.seq, numpy.empty, numpy.int64, numpy.float32
+    params = numpy.array([source.itemsize, maker.extra, maker.pad, maker.eod, maker.pad_in_data,
+                          config.reset_position_ids, config.eod_mask_loss], dtype=numpy.int64)
+    kernel, tokens, pointers, lengths = source.sample_kernel, source.tokens, source.pointers, source.lengths
+    attention = maker.causal if config.create_attention_mask else None
+    index = operator.index
+
+    def fetch(idx):
+        k = 0
+        if idx is not None:
+            try:
+                k = index(idx)
+            except TypeError:
+                k = sample_position(idx, count)  # raises the TypeError
+            if k < 0:
+                k += count
+            if not 0 <= k < count:
+                sample_position(idx, count)  # raises the IndexError
+        out_tokens, out_labels = empty(seq, int64), empty(seq, int64)
+        loss_mask, position_ids = empty(seq, float32), empty(seq, int64)
+        bad = kernel(tokens, pointers, lengths, document_index, sample_index,
+                     shuffle_index.item(k), params, out_tokens, out_labels, loss_mask, position_ids)
+        if bad:
+            raise source.bad_document(-1 - bad)
+        if idx is None:
+            loss_mask.fill(0.0)
+        if attention is None:
+            return {"tokens": out_tokens, "labels": out_labels, "loss_mask": loss_mask,
+                    "position_ids": position_ids}
+        return {"tokens": out_tokens, "labels": out_labels, "attention_mask": attention,
+                "loss_mask": loss_mask, "position_ids": position_ids}
+    return fetch

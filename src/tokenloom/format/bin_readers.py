@@ -9,7 +9,6 @@ Every reader implements :class:`BinReader`.  :func:`make_bin_reader` picks one f
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import threading
 import time
@@ -19,6 +18,7 @@ from typing import Callable, Dict, Optional
 import numpy
 
 from tokenloom.errors import ConfigError, FormatError
+from tokenloom.format._mapping import map_readonly, release
 from tokenloom.format.spec import MissingFileError, open_regular_file
 
 logger = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class MMapBinReader(BinReader):
         with _open_existing(bin_path) as handle:
             self._size = os.fstat(handle.fileno()).st_size
             if self._size:
-                self._buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+                self._buffer = map_readonly(handle, self._size)  # no descriptor kept
             else:
                 self._buffer = b""
 
@@ -101,11 +101,7 @@ class MMapBinReader(BinReader):
         """Drop the mapping; it is unmapped now, or when the last view is collected."""
         buffer, self._buffer = self._buffer, b""
         self._size = 0
-        if isinstance(buffer, mmap.mmap):
-            try:
-                buffer.close()
-            except BufferError:
-                pass  # views still reference it; they keep it mapped until collected
+        release(buffer)
 
 
 class FileBinReader(BinReader):

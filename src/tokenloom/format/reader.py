@@ -9,7 +9,6 @@ it stays valid after :meth:`IndexedDataset.close` or garbage collection.
 
 from __future__ import annotations
 
-import mmap
 import operator
 import os
 from typing import List, Optional, Tuple, Union
@@ -22,6 +21,7 @@ from tokenloom.format.bin_readers import (
     make_bin_reader,
     resolve_index_path,
 )
+from tokenloom.format._mapping import map_readonly, release
 from tokenloom.format.dtypes import DType
 from tokenloom.format.spec import (
     HEADER_SIZE,
@@ -55,7 +55,7 @@ class IndexFile:
                  dtype_code: Optional[int] = None, check_documents: bool = True) -> None:
         self.path = idx_path
         buffer, size = _map_file(idx_path)
-        header = unpack_header(buffer[:HEADER_SIZE] if size >= HEADER_SIZE else buffer, idx_path)
+        header = unpack_header(bytes(buffer[:HEADER_SIZE]), idx_path)
         _check_expected_header(header, idx_path, sequences_per_dataset, dtype_code)
         layout = detect_layout(header, size, idx_path, multimodal)
         self.header = header
@@ -74,11 +74,7 @@ class IndexFile:
         """Drop the sections and unmap (now, or once the last handed-out view dies)."""
         self.lengths = self.pointers = self.documents = self.modes = None
         buffer, self._buffer = self._buffer, b""
-        if isinstance(buffer, mmap.mmap):
-            try:
-                buffer.close()
-            except BufferError:
-                pass
+        release(buffer)
 
 
 def _map_file(path: str):
@@ -86,7 +82,7 @@ def _map_file(path: str):
         size = os.fstat(handle.fileno()).st_size
         if size < HEADER_SIZE:
             return handle.read(), size
-        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), size
+        return map_readonly(handle, size), size  # holds no descriptor once closed
 
 
 def _check_expected_header(header: IndexHeader, path: str, sequences_per_dataset,

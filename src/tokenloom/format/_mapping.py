@@ -1,0 +1,112 @@
+"""Read-only memory maps of whole files that keep no file descriptor open.
+
+``mmap.mmap`` keeps a ``dup()`` of the file descriptor for as long as the mapping
+lives (Python < 3.13), so every mapped ``.bin``/``.idx``/``.npy`` costs one open file:
+a blend of 10,000 prefixes then runs into the open-file limit. A mapping does not
+need its descriptor. :func:`map_readonly` maps with ``trackfd=False`` on Python 3.13+
+and, before that, calls the C library's ``mmap`` through ctypes (64-bit POSIX); the
+result is a read-only ``uint8`` numpy array owning the mapping, which is unmapped when
+the last array viewing it is garbage collected (so views stay valid after the reader
+closes). Elsewhere it falls back to ``mmap.mmap``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import sys
+from typing import Optional, Tuple, Union
+
+import numpy
+
+__all__ = ["map_readonly", "map_array", "release", "holds_descriptor"]
+
+Buffer = Union[numpy.ndarray, mmap.mmap]
+
+
+def _libc_mmap() -> Optional[Tuple[object, object]]:
+    """``(mmap, munmap)`` of the C library, or None where they cannot be called safely."""
+    if os.name != "posix" or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        map_fn, unmap_fn = libc.mmap, libc.munmap
+    except (OSError, AttributeError):
+        return None
+    map_fn.restype = ctypes.c_void_p
+    map_fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_int64)
+    unmap_fn.restype = ctypes.c_int
+    unmap_fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    return map_fn, unmap_fn
+
+
+_TRACKFD = sys.version_info >= (3, 13)
+_LIBC = None if _TRACKFD else _libc_mmap()
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+class _Mapping:
+    """Owns one mapping; numpy arrays over it (through ``__array_interface__``) keep it
+    alive, and it is unmapped when the last of them is collected."""
+
+    __slots__ = ("__array_interface__", "_address", "_size", "_unmap")
+
+    def __init__(self, address: int, size: int, unmap) -> None:
+        self._address, self._size, self._unmap = address, size, unmap
+        self.__array_interface__ = {"data": (address, True), "shape": (size,),
+                                    "typestr": "|u1", "version": 3}
+
+    def __del__(self) -> None:
+        self._unmap(self._address, self._size)
+
+
+def map_readonly(handle, size: int) -> Buffer:
+    """Map the first ``size`` (> 0) bytes of the open file ``handle`` read-only. The
+    handle can be closed at once: the mapping holds no descriptor (see module doc)."""
+    fd = handle.fileno()
+    if _TRACKFD:
+        return mmap.mmap(fd, size, access=mmap.ACCESS_READ, trackfd=False)
+    if _LIBC is None:
+        return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    map_fn, unmap_fn = _LIBC
+    address = map_fn(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if address is None or address == _MAP_FAILED:
+        error = ctypes.get_errno()
+        raise OSError(error, f"cannot memory-map {getattr(handle, 'name', fd)}: "
+                             f"{os.strerror(error)}")
+    array = numpy.asarray(_Mapping(address, size, unmap_fn))
+    array.flags.writeable = False
+    return array
+
+
+def release(buffer) -> None:
+    """Drop a mapping made by :func:`map_readonly`: unmapped now, or once the last array
+    viewing it is collected (the caller just lets go of its reference)."""
+    if isinstance(buffer, mmap.mmap):
+        try:
+            buffer.close()
+        except BufferError:
+            pass  # views still reference it; they keep it mapped until collected
+
+
+def map_array(path: str, dtype, shape: Tuple[int, ...], offset: int) -> numpy.ndarray:
+    """Read-only C-order array of ``dtype``/``shape`` at byte ``offset`` of ``path``
+    (``numpy.memmap(path, dtype, "r", offset, shape)`` without its open descriptor)."""
+    dtype = numpy.dtype(dtype)
+    count = int(numpy.prod(shape, dtype=numpy.int64))
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if offset < 0 or offset + count * dtype.itemsize > size:
+            raise ValueError(f"{path}: {size} bytes, too short for {count} x {dtype} at "
+                             f"byte offset {offset}")
+        if count == 0:
+            return numpy.zeros(shape, dtype=dtype)
+        buffer = map_readonly(handle, size)
+    return numpy.frombuffer(buffer, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+
+def holds_descriptor() -> bool:
+    """Whether mappings made here keep a file descriptor open (only the last fallback)."""
+    return not _TRACKFD and _LIBC is None
