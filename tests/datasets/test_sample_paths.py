@@ -38,9 +38,12 @@ def general(ds, monkeypatch):
 
 
 def fast(ds):
+    """``fetch`` by the kernel, loaded synchronously (no general-path fallback)."""
     source, maker = ds._sampler()
-    return fast_fetch(maker, source, ds.document_index, ds.sample_index, ds.shuffle_index,
-                      len(ds))
+    fetch = fast_fetch(maker, source, ds.document_index, ds.sample_index, ds.shuffle_index,
+                       len(ds), background=False)
+    assert source.sample_kernel is not None
+    return fetch
 
 
 def assert_same_sample(got, expected):

@@ -15,7 +15,8 @@ import numpy
 
 from tokenloom.errors import ConfigError
 
-__all__ = ["BATCH_FIELDS", "allocate_batch", "get_batch", "kernels", "reference_get_batch"]
+__all__ = ["BATCH_FIELDS", "allocate_batch", "get_batch", "kernels", "kernels_available",
+           "reference_get_batch"]
 
 BATCH_FIELDS = {
     "tokens": numpy.int64,
@@ -25,6 +26,18 @@ BATCH_FIELDS = {
 }
 
 _KERNELS = []
+
+
+def kernels_available() -> bool:
+    """Whether the numba kernels can be used (numba installed, not disabled), without
+    importing numba."""
+    if os.environ.get("TOKENLOOM_DISABLE_NUMBA", "").strip() not in ("", "0"):
+        return False
+    if _KERNELS:
+        return _KERNELS[0] is not None
+    import importlib.util
+
+    return importlib.util.find_spec("numba") is not None
 
 
 def kernels():

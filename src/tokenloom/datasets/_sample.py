@@ -46,13 +46,38 @@ class TokenSource:
             self.value_range = None if info is None else (int(info.min), int(info.max))
         else:
             self.pointers, self.itemsize, self.value_range = None, 0, None
+        # Set by load_kernels(), usually from a background thread (see _warmup).
         self.kernel = self.sample_kernel = None
-        if self.tokens is not None:
-            from tokenloom.datasets._batch import kernels
 
-            module = kernels()
-            if module is not None:
-                self.kernel, self.sample_kernel = module.gather_text, module.fill_sample
+    @property
+    def may_use_kernels(self) -> bool:
+        """Whether the numba kernels can serve this source (once loaded)."""
+        if self.tokens is None:
+            return False
+        from tokenloom.datasets._batch import kernels_available
+
+        return kernels_available()
+
+    def load_kernels(self, document_index: numpy.ndarray, sample_index: numpy.ndarray,
+                     params: numpy.ndarray, seq: int) -> None:
+        """Import the kernels and call each once on sample row 0 of these indices, into
+        buffers shaped exactly as the real calls' (this loads the machine code for these
+        dtypes), then publish them to the fetchers."""
+        from tokenloom.datasets._batch import kernels
+
+        module = kernels()
+        if module is None or self.tokens is None:
+            return
+        if sample_index.shape[0] >= 2:
+            extra, pad = int(params[1]), int(params[2])
+            module.gather_text(self.tokens, self.pointers, self.itemsize, self.lengths,
+                               document_index, sample_index, 0, extra, pad,
+                               numpy.empty(seq + extra, dtype=numpy.int64))
+            module.fill_sample(self.tokens, self.pointers, self.lengths, document_index,
+                               sample_index, 0, params, numpy.empty(seq, numpy.int64),
+                               numpy.empty(seq, numpy.int64), numpy.empty(seq, numpy.float32),
+                               numpy.empty(seq, numpy.int64))
+        self.kernel, self.sample_kernel = module.gather_text, module.fill_sample
 
     def part(self, doc: int, offset: int, length: int) -> numpy.ndarray:
         """``length`` tokens of document ``doc`` from ``offset``."""
@@ -188,7 +213,7 @@ class SampleMaker:
     def fast_path_applies(self, source: TokenSource) -> bool:
         """Whether ``fill_sample`` produces every field this config asks for."""
         config = self.config
-        return (source.sample_kernel is not None and not config.return_cu_seqlens
+        return (source.may_use_kernels and not config.return_cu_seqlens
                 and not (config.create_attention_mask and config.reset_attention_mask)
                 and _fits_int64(self.eod) and _fits_int64(self.pad))
 
@@ -245,19 +270,42 @@ def general_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy
     return fetch
 
 
+def kernel_params(maker: SampleMaker, source: TokenSource) -> numpy.ndarray:
+    """``fill_sample``'s ``params`` array for this dataset."""
+    config = maker.config
+    return numpy.array([source.itemsize, maker.extra, maker.pad, maker.eod, maker.pad_in_data,
+                        config.reset_position_ids, config.eod_mask_loss], dtype=numpy.int64)
+
+
 def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.ndarray,
                sample_index: numpy.ndarray, shuffle_index: numpy.ndarray,
-               count: int) -> Callable:
+               count: int, background: bool = True) -> Callable:
     """``fetch(idx)`` by the ``fill_sample`` kernel: four fresh arrays per call, no
-    intermediate buffer; everything per-dataset is looked up here, once."""
+    intermediate buffer; everything per-dataset is looked up here, once.
+
+    Until the kernels are loaded (in a background thread unless ``background`` is
+    False, see :mod:`tokenloom.datasets._warmup`) samples come from the general path.
+    """
     config, seq, empty, int64, float32 = maker.config, maker.seq, numpy.empty, numpy.int64, numpy.float32
-    params = numpy.array([source.itemsize, maker.extra, maker.pad, maker.eod, maker.pad_in_data,
-                          config.reset_position_ids, config.eod_mask_loss], dtype=numpy.int64)
-    kernel, tokens, pointers, lengths = source.sample_kernel, source.tokens, source.pointers, source.lengths
+    params = kernel_params(maker, source)
+    tokens, pointers, lengths = source.tokens, source.pointers, source.lengths
     attention = maker.causal if config.create_attention_mask else None
+    slow = None
+    if source.sample_kernel is None:
+        slow = general_fetch(maker, source, document_index, sample_index, shuffle_index, count)
+        load = lambda: source.load_kernels(document_index, sample_index, params, seq)  # noqa: E731
+        from tokenloom.datasets import _warmup
+
+        if background and not _warmup.synchronous():
+            _warmup.start(load)
+        else:
+            load()
     index = operator.index
 
     def fetch(idx):
+        kernel = source.sample_kernel
+        if kernel is None:
+            return slow(idx)
         k = 0
         if idx is not None:
             try:
