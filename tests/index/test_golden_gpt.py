@@ -39,7 +39,9 @@ def _build(impl, lengths, num_samples, config):
         separate = num_samples - before_final < int(0.80 * per_epoch)
     rng = numpy.random.RandomState(config["random_seed"])
     document_index = impl.build_document_index(documents, epochs, rng, separate)
-    sample_index = impl.build_sample_index(lengths, document_index, seq, epochs, tokens, True, extra)
+    sample_index = impl.build_sample_index(
+        lengths, document_index, seq, epochs, tokens, True, extra
+    )
     total = sample_index.shape[0] - 1
     shuffle_index = impl.build_shuffle_index(before_final if separate else total, total, rng)
     return epochs, separate, document_index, sample_index, shuffle_index

@@ -7,17 +7,23 @@ stays in a narrow band (about 0.5 for typical weights), so only the few datasets
 error is near the top can win.  This kernel keeps a *level* ``L`` and
 
 * an **active set** holding every dataset whose error may be ``>= L`` now;
-* a **min-heap** of all other datasets keyed by the first step at which their error
-  could reach ``L`` (a conservative float bound; errors only grow between picks).
+* a **calendar queue** of all other datasets keyed by the first step at which their
+  error could reach ``L`` (a conservative float bound; errors only grow between picks).
 
-Each sample: move the datasets that became due from the heap to the active set, take
+Each sample: move the datasets that became due from the queue to the active set, take
 the exact greedy winner inside the active set (same float64 expression, lowest id on
 ties) and, since every inactive error is ``< L``, that winner is the global winner as
 soon as its error is ``>= L``.  Only the winner's error changes; it goes back to the
-heap when its error drops below ``L``.  If the active best falls below ``L`` the step
+queue when its error drops below ``L``.  If the active best falls below ``L`` the step
 is decided by a full scan (still exact) and ``L`` is re-chosen ("rebuild") as the
 ``K``-th largest error, which guarantees a winner ``>= L`` for at least ``K`` steps.
 The result is bit-identical with the plain scan; the property tests check it.
+
+Datasets with bit-identical weights are merged into one *group* first: inside a group
+the errors differ only by the counts, so the group is served round-robin in id order
+(the member with the fewest samples and the lowest id always wins).  The greedy then
+runs over groups, with the group's next member as its id for tie-breaking; many equal
+shards cost as little as one dataset.
 """
 
 from __future__ import annotations
@@ -27,28 +33,35 @@ import math
 import numba
 import numpy
 
+from tokenloom.index import _blend_queue as queues
 from tokenloom.index._kernels import blend_scan, exhaustive_scan
 
 INF_STEP = numpy.int64(1 << 62)
 #: relative/absolute slack that makes activation steps safe lower bounds (>> 2**-52)
 SLACK = 1e-12
 #: below this many datasets the plain scan is faster
-SCAN_BELOW = 48
+SCAN_BELOW = 24
 
 
-def target_active(num_datasets: int) -> int:
-    """How many datasets a rebuild leaves above the level."""
-    return int(2.0 * math.sqrt(num_datasets)) + 8
+def target_active(num_groups: int) -> int:
+    """How many groups the first rebuild leaves above the level."""
+    return int(math.sqrt(num_groups)) + 8
 
 
-@numba.njit(cache=True, nogil=True)
-def activation_step(weight, count, level, t):  # pragma: no cover - compiled
-    """A step ``> t`` no later than the first one where ``weight*s - count >= level``."""
+def period_for(num_groups: int) -> int:
+    """Steps between two rebuilds: a rebuild costs O(n), so about O(1) per step."""
+    return 2 * num_groups + 1024
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def activation_step(inverse_weight, count, level, t):  # pragma: no cover - compiled
+    """A step ``> t`` no later than the first one where ``weight*s - count >= level``
+    (``inverse_weight = 1 / weight``; the slack covers every rounding involved)."""
     c = numpy.float64(count)
     numerator = (c + level) - SLACK * (c + abs(level) + 1.0)
     if numerator <= 0.0:
         return t + 1
-    x = numerator / weight * (1.0 - SLACK)
+    x = numerator * inverse_weight * (1.0 - SLACK)
     if x >= 4.0e18:
         return INF_STEP
     step = numpy.int64(x)
@@ -56,172 +69,156 @@ def activation_step(weight, count, level, t):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def heap_push(keys, ids, size, key, ident):  # pragma: no cover - compiled
-    """Push ``(key, ident)`` on the binary min-heap of ``size`` items; returns the new size."""
-    i = size
-    while i > 0:
-        parent = (i - 1) >> 1
-        if keys[parent] <= key:
-            break
-        keys[i] = keys[parent]
-        ids[i] = ids[parent]
-        i = parent
-    keys[i] = key
-    ids[i] = ident
-    return size + 1
-
-
-@numba.njit(cache=True, nogil=True)
-def heap_pop(keys, ids, size):  # pragma: no cover - compiled
-    """Remove the root of the min-heap; returns the new size."""
-    size -= 1
-    key = keys[size]
-    ident = ids[size]
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= size:
-            break
-        if child + 1 < size and keys[child + 1] < keys[child]:
-            child += 1
-        if keys[child] >= key:
-            break
-        keys[i] = keys[child]
-        ids[i] = ids[child]
-        i = child
-    if size > 0:
-        keys[i] = key
-        ids[i] = ident
-    return size
-
-
-@numba.njit(cache=True, nogil=True)
-def scan_all(weights, counts, spent, s):  # pragma: no cover - compiled
-    """Exact greedy winner over every live dataset (lowest id on ties)."""
-    best = -1
-    best_error = 0.0
-    for i in range(weights.shape[0]):
-        if spent[i]:
+def scan_all(groups, counts, pos, spent, s):  # pragma: no cover - compiled
+    """Exact greedy winner over every live group (lowest next-member id on ties)."""
+    weights, _, _, starts, members, _ = groups
+    best, best_id, best_error = -1, -1, 0.0
+    for g in range(weights.shape[0]):
+        if spent[g]:
             continue
-        error = weights[i] * s - numpy.float64(counts[i])
-        if best < 0 or error > best_error:
-            best = i
-            best_error = error
+        error = weights[g] * s - numpy.float64(counts[g])
+        ident = members[starts[g] + pos[g]]
+        if best < 0 or error > best_error or (error == best_error and ident < best_id):
+            best, best_id, best_error = g, ident, error
     return best
 
 
 @numba.njit(cache=True, nogil=True)
-def scan_active(weights, counts, active, num_active, s):  # pragma: no cover - compiled
-    """Exact greedy winner inside the active set: (slot, dataset, error)."""
-    slot = -1
-    best = -1
-    best_error = -numpy.inf
-    for k in range(num_active):
-        i = active[k]
-        error = weights[i] * s - numpy.float64(counts[i])
-        if error > best_error or (error == best_error and i < best):
-            slot = k
-            best = i
-            best_error = error
-    return slot, best, best_error
-
-
-@numba.njit(cache=True, nogil=True)
-def rebuild(weights, counts, spent, t, target, keys, ids):  # pragma: no cover - compiled
-    """Choose the level for step ``t + 1`` and queue every live dataset; returns
-    ``(level, heap size)``.  The active set is emptied by the caller."""
+def rebuild(groups, counts, spent, t, target, queue, work):  # pragma: no cover
+    """Choose the level for step ``t + 1`` (the ``target``-th largest live error) and
+    queue every live group by activation step; returns the level.  O(groups)."""
+    weights, inverse = groups[0], groups[1]
     n = weights.shape[0]
     s = max(numpy.float64(t + 1), 1.0)
-    errors = numpy.empty(n)
+    errors, steps = work
     live = 0
-    for i in range(n):
-        if not spent[i]:
-            errors[live] = weights[i] * s - numpy.float64(counts[i])
+    for g in range(n):
+        if not spent[g]:
+            errors[live] = weights[g] * s - numpy.float64(counts[g])
             live += 1
-    if live <= target:
-        level = -numpy.inf
-    else:
+    level = -numpy.inf
+    if live > target:
         level = numpy.partition(errors[:live], live - target)[live - target]
-    size = 0
-    for i in range(n):
-        if not spent[i]:
-            if level == -numpy.inf:
-                step = t + 1
-            else:
-                step = activation_step(weights[i], counts[i], level, t)
-            size = heap_push(keys, ids, size, step, i)
-    return level, size
+    for g in range(n):
+        steps[g] = INF_STEP if spent[g] else activation_step(inverse[g], counts[g], level, t)
+    head, nxt, far_keys, far_ids, meta = queue
+    queues.fill(head, nxt, far_keys, far_ids, meta, t, steps, n)
+    return level
 
 
 @numba.njit(cache=True, nogil=True)
-def activate_due(t, keys, ids, heap_size, active, num_active):  # pragma: no cover
-    """Move every queued dataset whose activation step is ``<= t`` to the active set."""
-    while heap_size > 0 and keys[0] <= t:
-        active[num_active] = ids[0]
-        num_active += 1
-        heap_size = heap_pop(keys, ids, heap_size)
-    return heap_size, num_active
+def adapt_target(target, steps, fallback, period, n):  # pragma: no cover - compiled
+    """Lower the level (bigger target) when fallbacks come soon after a rebuild, raise
+    it (smaller target) after a whole quiet period."""
+    if fallback and steps < period // 4:
+        return min(max(n // 2, 8), (3 * target) // 2 + 1)
+    if not fallback:
+        return max(8, (7 * target) // 8)
+    return target
 
 
 @numba.njit(cache=True, nogil=True)
-def greedy(weights, sizes, target, dataset_index, dataset_sample_index):  # pragma: no cover
-    """The exact greedy; ``sizes`` (or an empty array) makes it the exhaustive variant.
-
-    Returns the number of rebuilds (for profiling)."""
-    n = weights.shape[0]
-    exhaustive = sizes.shape[0] == n
-    counts = numpy.zeros(n, dtype=numpy.int64)
+def new_state(n):  # pragma: no cover - compiled
+    """Per-group counters, the active set and scratch space for :func:`greedy`."""
+    counts = numpy.zeros(n, dtype=numpy.int64)  # samples of each member still in the round
+    pos = numpy.zeros(n, dtype=numpy.int64)  # next member of each group (round-robin)
     spent = numpy.zeros(n, dtype=numpy.bool_)
-    active = numpy.empty(n, dtype=numpy.int64)
-    keys = numpy.empty(n, dtype=numpy.int64)
-    ids = numpy.empty(n, dtype=numpy.int64)
-    level, heap_size = rebuild(weights, counts, spent, -1, target, keys, ids)
-    num_active = 0
-    limit = 8 * target + 64
-    rebuilds = 0
+    act = numpy.empty(n, dtype=numpy.int64)  # the active set: group, weight, count, id
+    act_w, act_c, act_id = numpy.empty(n), numpy.empty(n), numpy.empty(n, dtype=numpy.int64)
+    work = (numpy.empty(n), numpy.empty(n, dtype=numpy.int64))
+    return counts, pos, spent, act, act_w, act_c, act_id, work
+
+
+@numba.njit(cache=True, nogil=True)
+def greedy(groups, target, period, queue, dataset_index, dataset_sample_index):
+    """The exact greedy over ``groups`` (see :func:`group_datasets`).
+
+    ``target`` is the initial active-set size a rebuild aims at, ``period`` the number
+    of steps after which the level is re-chosen anyway.  Returns the numbers of
+    rebuilds and of fallbacks (for profiling).  The per-step work is written out here
+    on purpose: numba reference-counts the array arguments of inlined helpers, which
+    doubled the cost of a step."""  # pragma: no cover - compiled
+    weights, inverse, sizes, starts, members, limits = groups
+    n = weights.shape[0]
+    head, nxt, far_keys, far_ids, meta = queue
+    counts, pos, spent, act, act_w, act_c, act_id, work = new_state(n)
+    level = rebuild(groups, counts, spent, -1, target, queue, work)
+    num_active = last_rebuild = rebuilds = fallbacks = 0
     for t in range(dataset_index.shape[0]):
         s = max(numpy.float64(t), 1.0)
-        heap_size, num_active = activate_due(t, keys, ids, heap_size, active, num_active)
-        slot, best, best_error = scan_active(weights, counts, active, num_active, s)
-        fallback = best < 0 or best_error < level
-        if fallback:
-            best = scan_all(weights, counts, spent, s)
-        dataset_index[t] = best
+        due = queues.drain(head, nxt, far_keys, far_ids, meta, t, act, num_active)
+        for k in range(num_active, due):
+            g = act[k]
+            act_w[k], act_c[k] = weights[g], numpy.float64(counts[g])
+            act_id[k] = members[starts[g] + pos[g]]
+        num_active = due
+        slot, best_id, best_error = -1, 1 << 62, -numpy.inf
+        for k in range(num_active):  # exact winner of the active set, lowest id on ties
+            error = act_w[k] * s - act_c[k]
+            if error > best_error or (error == best_error and act_id[k] < best_id):
+                slot, best_id, best_error = k, act_id[k], error
+        fallback = slot < 0 or best_error < level
+        best = scan_all(groups, counts, pos, spent, s) if fallback else act[slot]
+        dataset_index[t] = members[starts[best] + pos[best]]
         dataset_sample_index[t] = counts[best]
-        counts[best] += 1
-        if exhaustive and counts[best] == sizes[best]:
-            spent[best] = True
-        if fallback or num_active > limit:
-            level, heap_size = rebuild(weights, counts, spent, t, target, keys, ids)
-            num_active = 0
-            rebuilds += 1
+        pos[best] += 1
+        if pos[best] == sizes[best]:  # round complete: the group's count goes up
+            pos[best] = 0
+            counts[best] += 1
+            spent[best] = limits.shape[0] > 0 and counts[best] == limits[best]
+        if fallback or t - last_rebuild >= period:
+            fallbacks += fallback
+            target = adapt_target(target, t - last_rebuild, fallback, period, n)
+            level = rebuild(groups, counts, spent, t, target, queue, work)
+            num_active, last_rebuild, rebuilds = 0, t, rebuilds + 1
             continue
-        if spent[best]:
-            step = INF_STEP
-        else:
-            step = activation_step(weights[best], counts[best], level, t)
-        if step > t + 1:
+        act_id[slot] = members[starts[best] + pos[best]]
+        if pos[best] > 0:  # same error, next member: stays active
+            continue
+        act_c[slot] += 1.0
+        step = INF_STEP if spent[best] else activation_step(inverse[best], counts[best], level, t)
+        if step > t + 1:  # below the level again: back to the queue
             num_active -= 1
-            active[slot] = active[num_active]
+            act[slot], act_w[slot] = act[num_active], act_w[num_active]
+            act_c[slot], act_id[slot] = act_c[num_active], act_id[num_active]
             if step < INF_STEP:
-                heap_size = heap_push(keys, ids, heap_size, step, best)
-    return rebuilds
+                queues.push(head, nxt, far_keys, far_ids, meta, t, step, best)
+    return rebuilds, fallbacks
+
+
+def group_datasets(weights, sizes):
+    """Merge datasets with bit-identical weights: ``(weights, 1 / weights, members per
+    group, first member, member ids grouped and ascending, samples per member)``.
+    ``sizes`` (exhaustive blend) is empty or per dataset; equal weights mean equal sizes."""
+    unique, inverse, group_sizes = numpy.unique(weights, return_inverse=True, return_counts=True)
+    members = numpy.argsort(inverse, kind="stable").astype(numpy.int64)
+    starts = numpy.concatenate(([0], numpy.cumsum(group_sizes)[:-1])).astype(numpy.int64)
+    limits = sizes[members[starts]] if sizes.size else numpy.empty(0, dtype=numpy.int64)
+    group_sizes = group_sizes.astype(numpy.int64)
+    return unique, 1.0 / unique, group_sizes, starts, members, limits
+
+
+def run(weights, sizes, dataset_index, dataset_sample_index, target=None, period=None):
+    """Run :func:`greedy` with the default tuning; returns its profiling counters."""
+    groups = group_datasets(weights, sizes)
+    n = groups[0].shape[0]
+    target = target_active(n) if target is None else target
+    period = period_for(n) if period is None else period
+    queue = queues.new_queue(n)
+    return greedy(groups, target, period, queue, dataset_index, dataset_sample_index)
 
 
 def blend(weights, dataset_index, dataset_sample_index):
     """Fill the blending indices for ``weights`` (validated float64)."""
-    n = weights.shape[0]
-    if n < SCAN_BELOW:
+    if weights.shape[0] < SCAN_BELOW:
         blend_scan(weights, dataset_index, dataset_sample_index)
-        return
-    empty = numpy.empty(0, dtype=numpy.int64)
-    greedy(weights, empty, target_active(n), dataset_index, dataset_sample_index)
+    else:
+        run(weights, numpy.empty(0, dtype=numpy.int64), dataset_index, dataset_sample_index)
 
 
 def exhaustive(sizes, weights, dataset_index, dataset_sample_index):
     """Fill the exhaustive blending indices for ``sizes`` (validated int64)."""
-    n = sizes.shape[0]
-    if n < SCAN_BELOW:
+    if sizes.shape[0] < SCAN_BELOW:
         exhaustive_scan(sizes, weights, dataset_index, dataset_sample_index)
-        return
-    greedy(weights, sizes, target_active(n), dataset_index, dataset_sample_index)
+    else:
+        run(weights, sizes, dataset_index, dataset_sample_index)

@@ -64,6 +64,7 @@ def sample_index_plan(
     tokens_per_epoch: Any,
     drop_last_partial_sequence: Any,
     add_extra_token_to_sequence: Any,
+    check_values: bool = True,
 ) -> SamplePlan:
     """Validate the arguments of ``build_sample_index`` and size its output."""
     sequence_length = _validate.as_int(sequence_length, "sequence_length", minimum=2)
@@ -75,7 +76,9 @@ def sample_index_plan(
         )
     drop_last = bool(_validate.as_flag(drop_last_partial_sequence, "drop_last_partial_sequence"))
     extra = _validate.as_flag(add_extra_token_to_sequence, "add_extra_token_to_sequence")
-    sizes, documents = _validate.sample_index_inputs(sequence_lengths, document_index)
+    sizes, documents = _validate.sample_index_inputs(
+        sequence_lengths, document_index, check_values
+    )
     total_tokens = num_epochs * tokens_per_epoch
     num_samples = count_samples(total_tokens, sequence_length, extra, drop_last)
     largest = max(documents.size, int(sizes.max()))

@@ -72,7 +72,7 @@ def blending_weights(weights: Any) -> numpy.ndarray:
     bad = numpy.flatnonzero(~(numpy.isfinite(array) & (array > 0)))
     if bad.size:
         raise ConfigError(
-            f"weights must be finite and > 0; weights[{bad[0]}] = {array[bad[0]]!r} "
+            f"weights must be finite and > 0; weights[{bad[0]}] = {float(array[bad[0]])!r} "
             "(drop datasets that should not be sampled)"
         )
     total = float(array.sum())
@@ -109,9 +109,12 @@ def exhaustive_sizes(sizes: Any) -> numpy.ndarray:
 
 
 def sample_index_inputs(
-    sequence_lengths: Any, document_index: Any
+    sequence_lengths: Any, document_index: Any, check_values: bool = True
 ) -> Tuple[numpy.ndarray, numpy.ndarray]:
-    """Validated document lengths and document order for :func:`build_sample_index`."""
+    """Validated document lengths and document order for :func:`build_sample_index`.
+
+    ``check_values=False`` skips the O(n) range checks (the fast kernel does them
+    during its single pass, see :func:`bad_document`)."""
     sizes = int_array(sequence_lengths, "sequence_lengths")
     documents = int_array(document_index, "document_index")
     if documents.size == 0:
@@ -121,12 +124,30 @@ def sample_index_inputs(
         )
     if sizes.size == 0:
         raise ConfigError("sequence_lengths is empty but document_index refers to documents")
+    if not check_values:
+        return sizes, documents
     low, high = int(documents.min()), int(documents.max())
     if low < 0 or high >= sizes.size:
         raise ConfigError(
             f"document_index holds {low if low < 0 else high}, outside the "
             f"{sizes.size} documents of sequence_lengths"
         )
-    if int(sizes.min()) < 0:
-        raise ConfigError(f"sequence_lengths holds a negative length {int(sizes.min())}")
+    used = sizes[documents]
+    if int(used.min()) < 0:
+        position = int(numpy.argmin(used))
+        raise bad_document(sizes, documents, position)
     return sizes, documents
+
+
+def bad_document(sizes: numpy.ndarray, documents: numpy.ndarray, position: int) -> ConfigError:
+    """The error for ``documents[position]``: an id out of range or a negative length."""
+    document = int(documents[position])
+    if document < 0 or document >= sizes.size:
+        return ConfigError(
+            f"document_index[{position}] = {document} is outside the {sizes.size} "
+            "documents of sequence_lengths"
+        )
+    return ConfigError(
+        f"sequence_lengths holds a negative length {int(sizes[document])} "
+        f"(document {document})"
+    )

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy
 
-from tokenloom.index import _jit, reference
+from tokenloom.index import _jit, _validate, reference
 from tokenloom.index._common import sample_index_plan
 
 __all__ = ["build_sample_index", "num_epochs_needed"]
@@ -47,18 +47,7 @@ def build_sample_index(
         ConfigError: invalid arguments, an empty ``document_index``, document ids out
             of range, or token counts that do not add up.
     """
-    fast = _jit.kernels("_kernels")
-    if fast is None:
-        return reference.build_sample_index(
-            sequence_lengths,
-            document_index,
-            sequence_length,
-            num_epochs,
-            tokens_per_epoch,
-            drop_last_partial_sequence,
-            add_extra_token_to_sequence,
-        )
-    plan = sample_index_plan(
+    arguments = (
         sequence_lengths,
         document_index,
         sequence_length,
@@ -67,15 +56,29 @@ def build_sample_index(
         drop_last_partial_sequence,
         add_extra_token_to_sequence,
     )
-    actual = int(fast.document_tokens(plan.sizes, plan.documents))
-    if actual != plan.total_tokens:
-        plan.raise_token_mismatch(actual)
+    fast = _jit.kernels("_kernels")
+    if fast is None:
+        return reference.build_sample_index(*arguments)
+    # the kernel checks document ids and lengths during its single pass
+    return _fast_sample_index(fast, sample_index_plan(*arguments, check_values=False))
+
+
+def _fast_sample_index(fast, plan) -> numpy.ndarray:
+    """Run the numba kernel and turn its status into the reference's errors."""
     out = numpy.empty((plan.num_samples + 1, 2), dtype=plan.dtype)
-    status = fast.sample_index(plan.sizes, plan.documents, plan.sequence_length, plan.extra, out)
-    if status == fast.OUT_OF_DOCUMENTS:  # pragma: no cover - excluded by the token check
-        plan.raise_out_of_documents(-1)
+    status, value = fast.sample_index(
+        plan.sizes, plan.documents, plan.sequence_length, plan.extra, out
+    )
+    if status == fast.BAD_DOCUMENT:
+        raise _validate.bad_document(plan.sizes, plan.documents, int(value))
+    if status != fast.OK:  # report a token mismatch first, as the reference does
+        value = int(fast.remaining_tokens(plan.sizes, plan.documents, 0))
+    if int(value) != plan.total_tokens:
+        plan.raise_token_mismatch(int(value))
     if status == fast.NEGATIVE_OFFSET:
         plan.raise_negative_offset()
+    if status != fast.OK:  # pragma: no cover - out of documents implies a token mismatch
+        plan.raise_out_of_documents(-1)
     return out
 
 
@@ -87,7 +90,6 @@ def num_epochs_needed(
     Raises ConfigError instead of looping forever when an epoch holds no token.
     """
     from tokenloom.errors import ConfigError
-    from tokenloom.index import _validate
 
     tokens_per_epoch = _validate.as_int(tokens_per_epoch, "tokens_per_epoch", minimum=0)
     num_samples = _validate.as_int(num_samples, "num_samples", minimum=0)
