@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -11,10 +12,13 @@ from collections import OrderedDict
 import numpy
 import pytest
 
+from tokenloom import _cache_file as cache_file
 from tokenloom import cache as cache_module
+from tokenloom.format import _mapping
 from tokenloom.cache import (CacheKey, IndexCache, array_digest, describe, description_hash,
                              file_identity)
 from tokenloom.errors import CacheError
+from tests.cache_files import flip_byte_of, header, rewrite_header
 
 NAMES = ["a", "b", "empty"]
 
@@ -42,6 +46,9 @@ def test_key_is_md5_of_the_ordered_description():
     assert describe({"v": numpy.int64(3)}) == describe({"v": 3})
 
 
+_header, _rewrite_header = header, rewrite_header
+
+
 def test_round_trip(stored):
     cache, key = stored
     assert cache.exists(key, NAMES)
@@ -50,15 +57,17 @@ def test_round_trip(stored):
         for name, value in arrays().items():
             assert loaded[name].dtype == value.dtype
             numpy.testing.assert_array_equal(loaded[name], value)
-    record = json.loads(open(cache.description_path(key)).read())
+    record, _ = _header(cache.description_path(key))
     assert record["format"] == cache_module.CACHE_FORMAT
+    assert all(meta["offset"] % 64 == 0 for meta in record["arrays"].values())
     assert record["arrays"]["a"]["shape"] == [1000] and record["checks"] == {"indices": "abc"}
 
 
 def test_store_leaves_no_temporary_files(stored):
     cache, key = stored
     files = sorted(os.listdir(cache.path_to_cache))
-    assert files == sorted([f"{key.stem}-{n}.npy" for n in NAMES] + [f"{key.stem}-description.txt"])
+    assert files == [f"{key.stem}-indices.cache"]  # one file per entry
+    assert set(cache.paths(key, NAMES).values()) == {cache.entry_path(key)}
 
 
 def test_miss_and_checks(stored, tmp_path):
@@ -67,8 +76,12 @@ def test_miss_and_checks(stored, tmp_path):
     assert cache.lookup(other, NAMES) is None and not cache.exists(other, NAMES)
     assert cache.lookup(key, NAMES, checks={"indices": "zzz"}) is None
     assert cache.lookup(key, NAMES, checks={"indices": "abc"}) is not None
-    with pytest.raises(CacheError, match=f"{other.stem}-description.txt"):
+    with pytest.raises(CacheError, match=f"{other.stem}-indices.cache"):
         cache.load(other, NAMES)
+
+
+def _flip_byte_of_a(path):
+    flip_byte_of(path, "a")
 
 
 def _flip_last_byte(path):
@@ -82,18 +95,36 @@ def _truncate(path):
     open(path, "wb").write(data[: len(data) - 8])
 
 
+def _extend(path):
+    open(path, "ab").write(b"\0" * 8)
+
+
 def _bad_header(path):
-    data = open(path, "rb").read().replace(b"'<i4'", b"'<i8'")
+    data = open(path, "rb").read().replace(b'"<i4"', b'"<i8"', 1)
     open(path, "wb").write(data)
 
 
-@pytest.mark.parametrize("damage", [_flip_last_byte, _truncate, _bad_header, os.unlink])
+def _bad_dtype_valid_crc(path):
+    record, _ = _header(path)
+    record["arrays"]["a"]["dtype"] = "<i8"  # shape x itemsize no longer matches nbytes
+    _rewrite_header(path, record)
+
+
+def _bad_extent_valid_crc(path):
+    record, _ = _header(path)
+    record["arrays"]["a"]["offset"] = record["data_bytes"]  # past the end of the data
+    _rewrite_header(path, record)
+
+
+@pytest.mark.parametrize("damage", [_flip_byte_of_a, _flip_last_byte, _truncate, _extend,
+                                    _bad_header, _bad_dtype_valid_crc, _bad_extent_valid_crc,
+                                    os.unlink])
 def test_damaged_array_is_never_used(stored, damage):
     cache, key = stored
     damage(cache.paths(key, ["a"])["a"])
     assert cache.lookup(key, NAMES) is None
     if damage is not os.unlink:
-        with pytest.raises(CacheError, match=r"-a\.npy"):
+        with pytest.raises(CacheError, match=r"-indices\.cache"):
             cache.lookup(key, NAMES, on_corrupt="raise")
     with pytest.raises(CacheError):
         cache.load(key, NAMES)
@@ -101,49 +132,76 @@ def test_damaged_array_is_never_used(stored, damage):
 
 def test_size_check_skips_the_checksum(stored):
     cache, key = stored
-    _flip_last_byte(cache.paths(key, ["a"])["a"])
+    _flip_byte_of_a(cache.entry_path(key))
     assert cache.lookup(key, NAMES, verify="size") is not None  # same size: only a CRC sees it
-    _truncate(cache.paths(key, ["b"])["b"])
+    assert cache.lookup(key, NAMES, verify="checksum") is None
+    _truncate(cache.entry_path(key))
     assert cache.lookup(key, NAMES, verify="size") is None
 
 
-@pytest.mark.parametrize("content", [b"{broken", b"[]", json.dumps({"format": "other"}).encode()])
+@pytest.mark.parametrize("content", [b"", b"{broken", b"TLIDXC03" + bytes(20),
+                                     json.dumps({"format": "other"}).encode()])
 def test_damaged_description_is_never_used(stored, content):
     cache, key = stored
     open(cache.description_path(key), "wb").write(content)
     assert cache.lookup(key, NAMES) is None
-    with pytest.raises(CacheError, match="description"):
+    with pytest.raises(CacheError, match="header|cache file"):
         cache.lookup(key, NAMES, on_corrupt="raise")
+
+
+@pytest.mark.parametrize("field, value", [("format", "tokenloom-index-cache/2"),
+                                          ("description", []), ("hash", "0" * 32)])
+def test_header_of_another_format_or_key_is_rejected(stored, field, value):
+    cache, key = stored
+    record, _ = _header(cache.entry_path(key))
+    record[field] = value
+    _rewrite_header(cache.entry_path(key), record)
+    with pytest.raises(CacheError, match="description|cache file"):
+        cache.load(key, NAMES)
 
 
 def test_description_of_another_key_is_rejected(stored):
     cache, key = stored
-    record = json.loads(open(cache.description_path(key)).read())
+    record, _ = _header(cache.description_path(key))
     record["description"]["seed"] = 99
-    open(cache.description_path(key), "w").write(json.dumps(record))
+    _rewrite_header(cache.description_path(key), record)
     with pytest.raises(CacheError, match="does not match"):
         cache.load(key, NAMES)
+
+
+def test_mapped_arrays_hold_no_descriptor(stored):
+    cache, key = stored
+    before = len(os.listdir("/proc/self/fd"))
+    loaded = cache.lookup(key, NAMES)
+    assert len(os.listdir("/proc/self/fd")) == before or _mapping.holds_descriptor()
+    assert not loaded["a"].flags.writeable and int(loaded["a"][999]) == 999
 
 
 def test_crash_while_writing_leaves_nothing_loadable(tmp_path, monkeypatch):
     cache = IndexCache(tmp_path)
     key = CacheKey("GPTDataset", "test", {"x": 1})
-    real_save = numpy.save
-    calls = []
+    real_open = cache_file.atomic_open
 
-    def dying_save(handle, array, allow_pickle=False):
-        calls.append(1)
-        if len(calls) == 2:
-            handle.write(b"\x93NUMPY partial")
-            raise KeyboardInterrupt("rank killed")
-        real_save(handle, array, allow_pickle=allow_pickle)
+    @contextlib.contextmanager
+    def dying_open(path, mode, durable=True):
+        with real_open(path, mode, durable=durable) as handle:
+            class Dying:
+                calls = 0
 
-    monkeypatch.setattr(numpy, "save", dying_save)
+                def write(self, data):
+                    Dying.calls += 1
+                    if Dying.calls == 4:  # inside the arrays
+                        handle.write(b"partial")
+                        raise KeyboardInterrupt("rank killed")
+                    return handle.write(data)
+
+            yield Dying()
+
+    monkeypatch.setattr(cache_file, "atomic_open", dying_open)
     with pytest.raises(KeyboardInterrupt):
         cache.store(key, arrays())
-    monkeypatch.setattr(numpy, "save", real_save)
-    assert not os.path.exists(cache.description_path(key))
-    assert not os.path.exists(cache.paths(key, ["b"])["b"])
+    monkeypatch.setattr(cache_file, "atomic_open", real_open)
+    assert not os.path.exists(cache.entry_path(key))
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
     assert cache.lookup(key, NAMES) is None
 

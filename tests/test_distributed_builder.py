@@ -155,7 +155,7 @@ def test_node_local_caches_are_built_once_per_node(tmp_path):
         mine = [cls for r, cls in stores if r == rank]
         assert sorted(mine) == ["BlendedDataset"] * 3 + ["GPTDataset"] * 9, (rank, mine)
     for rank in range(WORLD):
-        assert len(list((tmp_path / f"local{rank}").glob("*-description.txt"))) == 12
+        assert len(list((tmp_path / f"local{rank}").glob("*-indices.cache"))) == 12
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
@@ -35,6 +36,29 @@ def temporary_sibling(path: str | os.PathLike) -> str:
     finally:
         os.close(fd)
     return tmp
+
+
+def _create_sibling(path: str | os.PathLike) -> tuple:
+    """``(name, fd)`` of a new temporary sibling of ``path``, opened for writing.
+
+    One ``open(O_CREAT | O_EXCL)`` (mode 0666 less the umask, like a plain ``open``)
+    instead of :func:`temporary_sibling`'s mkstemp, fchmod, close and a second open:
+    file creation dominates writing thousands of small cache files."""
+    path = os.fspath(path)
+    folder, name = os.path.split(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) \
+        | getattr(os, "O_BINARY", 0)
+    for attempt in range(100):
+        tmp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+        try:
+            return tmp, os.open(tmp, flags, 0o666)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            if attempt or not folder:
+                raise
+            os.makedirs(folder, exist_ok=True)
+    raise FileExistsError(f"cannot create a temporary file next to {path}")
 
 
 def _read_umask() -> int:
@@ -83,9 +107,14 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", *,
     On an exception the temporary file is removed and ``path`` is untouched.
     ``durable=False``: no fsync (see the module docstring for when that is safe).
     """
-    tmp = temporary_sibling(path)
+    tmp, fd = _create_sibling(path)
     try:
-        with open(tmp, mode) as handle:
+        try:
+            handle = open(fd, mode)
+        except BaseException:
+            os.close(fd)
+            raise
+        with handle:
             yield handle
             if durable:
                 handle.flush()

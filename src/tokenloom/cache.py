@@ -1,11 +1,11 @@
 """tokenloom.cache: a content-addressed, atomic, validated cache of index arrays.
 
-Datasets (``GPTDataset``, ``BlendedDataset``) cache the index arrays they build as
-``.npy`` files plus one description file, in a directory ``path_to_cache``::
+Datasets (``GPTDataset``, ``BlendedDataset``) cache the index arrays they build in a
+directory ``path_to_cache``, one file per entry (see :mod:`tokenloom._cache_file`)::
 
-    <hash>-<Class>-<split>-description.txt    JSON: what the arrays were built from,
-                                              plus dtype/shape/size/CRC32 of each array
-    <hash>-<Class>-<split>-<name>.npy         one file per array (e.g. sample_index)
+    <hash>-<Class>-<split>-indices.cache    a JSON header (what the arrays were built
+                                            from, plus dtype/shape/size/CRC32 of each
+                                            array) followed by the arrays, 64-byte aligned
 
 ``<hash>`` is the MD5 of the description JSON. The description must contain EVERY
 input that shapes the arrays (config fields, sizes, the identity of the data files
@@ -28,24 +28,25 @@ API
 ``CacheKey(class_name, split_name, identifiers)``
     ``.description`` (text), ``.hash``, ``.stem`` (``<hash>-<Class>-<split>``).
 ``IndexCache(path_to_cache)``
-    ``.paths(key, names) -> {name: path}`` and ``.description_path(key)``;
-    ``.exists(key, names) -> bool``: every file present (cheap, no validation);
+    ``.entry_path(key)`` (also ``.description_path(key)``, the commit marker, and
+    ``.paths(key, names) -> {name: path}``, all the one entry file);
+    ``.exists(key, names) -> bool``: the file is present (cheap, no validation);
     ``.lookup(key, names, mmap=True, verify="checksum", checks=None,
-    on_corrupt="miss") -> {name: ndarray} | None``: ``None`` on a miss (no
-    description, or ``checks`` differ from those stored); a corrupt or truncated file
-    or description is a miss (``on_corrupt="miss"``, the caller rebuilds) or a
+    on_corrupt="miss") -> {name: ndarray} | None``: ``None`` on a miss (no file, or
+    ``checks`` differ from those stored); a corrupt or truncated file is a miss
+    (``on_corrupt="miss"``, the caller rebuilds) or a
     :class:`~tokenloom.errors.CacheError` (``on_corrupt="raise"``);
     ``.load(...)``: like ``lookup`` but a miss raises ``CacheError`` naming the path;
-    ``.store(key, arrays, checks=None) -> {name: path}``: writes every array
-    atomically, then the description last (it is the commit marker). The writes are
-    not fsynced (``durable=False``): a cache is rebuildable and every load checks
-    the description, the ``.npy`` headers and sizes (and CRC32s with
+    ``.store(key, arrays, checks=None) -> {name: path}``: writes the entry through one
+    temporary file and one rename. Not fsynced (``durable=False``): a cache is
+    rebuildable and every load checks the header CRC, the description against the
+    key, the arrays' extents and the file size (and the arrays' CRC32s with
     ``verify="checksum"``), so a file torn by a power loss is a miss, never used;
-    ``.lazy(key, names, verify="size", checks=None) -> LazyArrays``: arrays mmapped at first
-    ``lazy[name]`` access (for ``defer_npy_index_mmap``).
+    ``.lazy(key, names, verify="size", checks=None) -> LazyArrays``: arrays mapped at
+    first ``lazy[name]`` access (for ``defer_npy_index_mmap``).
 
-``verify`` levels: ``"size"`` checks the ``.npy`` header (dtype, shape) and the file
-size against the description; ``"checksum"`` also checks the CRC32 of the bytes.
+``verify`` levels: ``"size"`` checks everything but the arrays' bytes; ``"checksum"``
+also checks their CRC32s. Mapped arrays hold no file descriptor.
 The cache knows nothing about ranks: callers decide who builds (``build_if_missing``)
 and who waits; a rank that finds no cache gets ``None``/``CacheError``, never a hang.
 """
@@ -55,7 +56,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from enum import Enum
@@ -63,11 +63,12 @@ from typing import Dict, Iterable, Mapping, Optional
 
 import numpy
 
-from tokenloom._atomic import atomic_save_npy, atomic_write_bytes
+from tokenloom import _cache_file
 from tokenloom.errors import CacheError
 
 __all__ = [
     "CACHE_FORMAT",
+    "ENTRY_SUFFIX",
     "describe",
     "description_hash",
     "file_identity",
@@ -77,7 +78,8 @@ __all__ = [
     "LazyArrays",
 ]
 
-CACHE_FORMAT = "tokenloom-index-cache/2"
+CACHE_FORMAT = "tokenloom-index-cache/3"
+ENTRY_SUFFIX = "indices.cache"
 _IDENTITY_SAMPLE_BYTES = 1 << 18
 # (path, inode, size, mtime_ns, ctime_ns) -> digest, per process; ctime because an in-place
 # rewrite can restore the mtime (os.utime) but not the ctime
@@ -158,14 +160,6 @@ def array_digest(array: numpy.ndarray) -> str:
     return digest.hexdigest()
 
 
-def _crc32(array: numpy.ndarray) -> int:
-    flat = numpy.ascontiguousarray(array).reshape(-1).view(numpy.uint8)
-    crc = 0
-    for start in range(0, flat.size, 1 << 26):
-        crc = zlib.crc32(flat[start : start + (1 << 26)], crc)
-    return crc
-
-
 @dataclass(frozen=True)
 class CacheKey:
     """Identifies one set of cached arrays by the description of their inputs."""
@@ -187,59 +181,6 @@ class CacheKey:
         return f"{self.hash}-{self.class_name}-{self.split_name}"
 
 
-def _read_npy_header(path: str) -> tuple:
-    """(dtype, shape, fortran_order, data_offset) of an ``.npy`` file."""
-    fmt = numpy.lib.format
-    with open(path, "rb") as handle:
-        version = fmt.read_magic(handle)
-        if version == (1, 0):
-            shape, fortran, dtype = fmt.read_array_header_1_0(handle)
-        else:
-            shape, fortran, dtype = fmt.read_array_header_2_0(handle)
-        return dtype, shape, fortran, handle.tell()
-
-
-class _Corrupt(Exception):
-    """Internal: a cache file does not match its description."""
-
-
-def _recorded(path: str, meta: object) -> tuple:
-    """(dtype, shape, nbytes, crc32) recorded for ``path``; _Corrupt when the
-    description was edited into something else."""
-    try:
-        return (numpy.dtype(meta["dtype"]), tuple(int(n) for n in meta["shape"]),
-                int(meta["nbytes"]), int(meta["crc32"]))
-    except (KeyError, TypeError, ValueError) as error:
-        raise _Corrupt(f"{path}: its entry in the description is malformed ({error!r})") from None
-
-
-def _open_array(path: str, meta: Mapping[str, object], mmap: bool, verify: str) -> numpy.ndarray:
-    """Open one cached ``.npy`` after checking it against its recorded metadata."""
-    try:
-        dtype, shape, fortran, offset = _read_npy_header(path)
-        size = os.path.getsize(path)
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError, SyntaxError) as error:
-        raise _Corrupt(f"{path}: unreadable .npy header ({error})") from None
-    meta_dtype, meta_shape, nbytes, crc = _recorded(path, meta)
-    expected = (meta_dtype, meta_shape, False)
-    if (dtype, tuple(shape), fortran) != expected:
-        raise _Corrupt(f"{path}: header says {dtype}{shape}, description says "
-                       f"{expected[0]}{expected[1]}")
-    if size != offset + nbytes:
-        raise _Corrupt(f"{path}: {size} bytes, expected {offset + nbytes} (truncated?)")
-    if nbytes == 0:
-        array = numpy.zeros(shape, dtype=dtype)
-    elif mmap:
-        array = numpy.memmap(path, dtype=dtype, mode="r", shape=tuple(shape), offset=offset)
-    else:
-        array = numpy.fromfile(path, dtype=dtype, offset=offset).reshape(shape)
-    if verify == "checksum" and _crc32(array) != crc:
-        raise _Corrupt(f"{path}: CRC32 mismatch, the file is corrupt")
-    return array
-
-
 class IndexCache:
     """A directory of cached index arrays; see the module docstring for the API."""
 
@@ -249,32 +190,20 @@ class IndexCache:
     def __repr__(self) -> str:
         return f"IndexCache({self.path_to_cache!r})"
 
+    def entry_path(self, key: CacheKey) -> str:
+        """The one file holding the entry of ``key``: description and arrays."""
+        return os.path.join(self.path_to_cache, f"{key.stem}-{ENTRY_SUFFIX}")
+
     def description_path(self, key: CacheKey) -> str:
-        return os.path.join(self.path_to_cache, f"{key.stem}-description.txt")
+        """The commit marker of an entry: its file (written last, atomically)."""
+        return self.entry_path(key)
 
     def paths(self, key: CacheKey, names: Iterable[str]) -> Dict[str, str]:
-        return {name: os.path.join(self.path_to_cache, f"{key.stem}-{name}.npy") for name in names}
+        """Where each array lives: all in the entry file."""
+        return {name: self.entry_path(key) for name in names}
 
-    def exists(self, key: CacheKey, names: Iterable[str]) -> bool:
-        files = [self.description_path(key), *self.paths(key, names).values()]
-        return all(os.path.isfile(path) for path in files)
-
-    def _read_description(self, key: CacheKey) -> Optional[dict]:
-        path = self.description_path(key)
-        try:
-            with open(path, "rt", encoding="utf-8") as handle:
-                stored = json.load(handle)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as error:
-            raise _Corrupt(f"{path}: unreadable description ({error})") from None
-        if not isinstance(stored, dict) or stored.get("format") != CACHE_FORMAT:
-            raise _Corrupt(f"{path}: not a {CACHE_FORMAT} description")
-        # the stored description must hash to the key (JSON text round-trips exactly)
-        if stored.get("hash") != key.hash or not isinstance(stored.get("description"), dict) \
-                or description_hash(describe(stored["description"])) != key.hash:
-            raise _Corrupt(f"{path}: the description does not match the cache key")
-        return stored
+    def exists(self, key: CacheKey, names: Iterable[str] = ()) -> bool:
+        return os.path.isfile(self.entry_path(key))
 
     def lookup(self, key: CacheKey, names: Iterable[str], *, mmap: bool = True,
                verify: str = "checksum", checks: Optional[Mapping[str, object]] = None,
@@ -282,75 +211,65 @@ class IndexCache:
         """The cached arrays, or ``None`` on a miss; see the module docstring."""
         if verify not in ("size", "checksum") or on_corrupt not in ("miss", "raise"):
             raise ValueError(f"verify={verify!r}/on_corrupt={on_corrupt!r} not supported")
+        path = self.entry_path(key)
         try:
-            stored = self._read_description(key)
-            if stored is None or not _checks_agree(stored.get("checks"), checks):
-                return None
-            return self._open_all(key, list(names), stored, mmap, verify)
+            with open(path, "rb") as handle:
+                record, start = _cache_file.read_record(handle, path)
+                _check_record(path, record, key)
+                if not _checks_agree(record.get("checks"), checks):
+                    return None
+                return _cache_file.open_arrays(handle, path, record, start, list(names),
+                                               mmap, verify)
         except FileNotFoundError:
             return None
-        except _Corrupt as error:
-            if on_corrupt == "raise":
-                raise CacheError(f"{error}; delete the cache files {self.path_to_cache}/"
-                                 f"{key.stem}-* and rebuild") from None
-            return None
-
-    def _open_all(self, key: CacheKey, names: list, stored: dict, mmap: bool,
-                  verify: str) -> Dict[str, numpy.ndarray]:
-        arrays = {}
-        recorded = stored.get("arrays")
-        if not isinstance(recorded, dict):
-            raise _Corrupt(f"{self.description_path(key)}: 'arrays' is not a mapping")
-        for name, path in self.paths(key, names).items():
-            meta = recorded.get(name)
-            if meta is None:
-                raise _Corrupt(f"{self.description_path(key)}: no entry for array {name!r}")
-            arrays[name] = _open_array(path, meta, mmap, verify)
-        return arrays
+        except OSError as error:
+            problem: Exception = _cache_file.Corrupt(f"{path}: unreadable ({error})")
+        except _cache_file.Corrupt as error:
+            problem = error
+        if on_corrupt == "raise":
+            raise CacheError(f"{problem}; delete {path} and rebuild") from None
+        return None
 
     def load(self, key: CacheKey, names: Iterable[str], **kwargs) -> Dict[str, numpy.ndarray]:
         """Like :meth:`lookup` (corruption raises), but a miss raises CacheError too."""
-        names = list(names)
         kwargs.setdefault("on_corrupt", "raise")
-        arrays = self.lookup(key, names, **kwargs)
+        arrays = self.lookup(key, list(names), **kwargs)
         if arrays is None:
-            missing = [p for p in [self.description_path(key), *self.paths(key, names).values()]
-                       if not os.path.isfile(p)]
-            where = missing[0] if missing else self.description_path(key)
             raise CacheError(
-                f"index cache not found: {where} is missing or stale; build it first "
-                "(tokenloom prepare-cache, or let one rank build it) or check path_to_cache"
+                f"index cache not found: {self.entry_path(key)} is missing or stale; build it "
+                "first (tokenloom prepare-cache, or let one rank build it) or check path_to_cache"
             )
         return arrays
 
     def store(self, key: CacheKey, arrays: Mapping[str, numpy.ndarray],
               checks: Optional[Mapping[str, object]] = None) -> Dict[str, str]:
-        """Write every array, then the description, each atomically."""
-        paths = self.paths(key, arrays)
-        meta = OrderedDict()
+        """Write the description and every array to the entry file, atomically."""
+        path = self.entry_path(key)
+        record = OrderedDict([("format", CACHE_FORMAT), ("class", key.class_name),
+                              ("split", key.split_name), ("hash", key.hash),
+                              ("description", _cache_file.RawJSON(key.description)),
+                              ("checks", dict(checks or {}))])
         try:
-            os.makedirs(self.path_to_cache, exist_ok=True)
-            for name, array in arrays.items():
-                array = numpy.ascontiguousarray(array)
-                atomic_save_npy(paths[name], array, durable=False)
-                meta[name] = OrderedDict([("dtype", array.dtype.str), ("shape", list(array.shape)),
-                                          ("nbytes", int(array.nbytes)), ("crc32", _crc32(array))])
-            record = OrderedDict([("format", CACHE_FORMAT), ("class", key.class_name),
-                                  ("split", key.split_name), ("hash", key.hash),
-                                  ("description", json.loads(key.description)),
-                                  ("checks", dict(checks or {})), ("arrays", meta)])
-            atomic_write_bytes(self.description_path(key),
-                               json.dumps(record, separators=(",", ":")).encode(), durable=False)
+            _cache_file.write_entry(path, record, arrays)
         except OSError as error:
             raise CacheError(
                 f"cannot write the index cache in {self.path_to_cache} ({error}); set "
                 "path_to_cache to a writable directory"
             ) from None
-        return {**paths, "description": self.description_path(key)}
+        return {**self.paths(key, arrays), "description": path}
 
     def lazy(self, key: CacheKey, names: Iterable[str], verify: str = "size",
              checks: Optional[Mapping[str, object]] = None) -> "LazyArrays":
         return LazyArrays(self, key, tuple(names), verify, checks)
+
+
+def _check_record(path: str, record: object, key: CacheKey) -> None:
+    """The header must be this format's and its description must hash to the key."""
+    if not isinstance(record, dict) or record.get("format") != CACHE_FORMAT:
+        raise _cache_file.Corrupt(f"{path}: not a {CACHE_FORMAT} cache file")
+    if record.get("hash") != key.hash or not isinstance(record.get("description"), dict) \
+            or description_hash(describe(record["description"])) != key.hash:
+        raise _cache_file.Corrupt(f"{path}: the description does not match the cache key")
 
 
 def _checks_agree(stored: Optional[Mapping], wanted: Optional[Mapping]) -> bool:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import pickle
 
 import numpy
 import pytest
 
+from tests.cache_files import array_extent, header
 from tokenloom.cache import IndexCache
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer, Split
 from tokenloom.datasets.blended import BLENDED_INDEX_NAMES, BlendedDataset
@@ -150,8 +150,7 @@ def test_datasets_must_share_class_and_split(corpora, config, parts):
 
 
 def _description(blend) -> dict:
-    with open(blend.cache.description_path(blend.cache_key)) as handle:
-        return json.load(handle)["description"]
+    return header(blend.cache.description_path(blend.cache_key))[0]["description"]
 
 
 def test_cache_key_covers_every_input(parts, config, tmp_path):
@@ -169,15 +168,17 @@ def test_cache_key_covers_every_input(parts, config, tmp_path):
     keys.add(BlendedDataset(parts[::-1], [2, 3, 5], 100, config).cache_key.hash)
     assert len(keys) == 4
     names = sorted(p.name for p in (tmp_path / "cache").glob("*BlendedDataset*"))
-    assert len(names) == 4 * 3  # description + two arrays per blend
+    assert len(names) == 4  # one file per blend: description and both arrays
 
 
-def _corrupt(path, how: str) -> None:
+def _corrupt(path, how: str, target: str) -> None:
     data = bytearray(path.read_bytes())
+    if target != "description":
+        first, count = array_extent(path, target)
     if how == "truncate":
-        path.write_bytes(bytes(data[: len(data) - 5]))
+        path.write_bytes(bytes(data[: first + count // 2]))
     elif how == "flip":
-        data[-3] ^= 0xFF
+        data[first + count - 3] ^= 0xFF
         path.write_bytes(bytes(data))
     else:
         path.write_bytes(b"{not json")
@@ -193,7 +194,7 @@ def test_corrupted_cache_is_rebuilt_or_reported(parts, config, tmp_path, target,
     paths["description"] = first.cache.description_path(first.cache_key)
     from pathlib import Path
 
-    _corrupt(Path(paths[target]), how)
+    _corrupt(Path(paths[target]), how, target)
     with pytest.raises(CacheError, match=first.cache_key.stem):
         BlendedDataset(parts, [5, 3, 2], 100, config, build_if_missing=False)
     rebuilt = BlendedDataset(parts, [5, 3, 2], 100, config)

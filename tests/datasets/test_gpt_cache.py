@@ -9,9 +9,11 @@ import time
 import numpy
 import pytest
 
+from tests.cache_files import array_extent
 from tests.datasets._helpers import small_config, split_indices, write_corpus
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, Split, _gpt_indices
 from tokenloom.errors import CacheError
+from tokenloom.index import reference
 
 LENGTHS = numpy.random.default_rng(4).integers(2, 50, 70)
 
@@ -39,7 +41,8 @@ def same_indices(a, b):
 
 def test_second_build_loads_the_cache(corpus, tmp_path, monkeypatch):
     first = make(corpus, tmp_path / "cache")
-    assert len(cache_files(tmp_path / "cache", ".npy")) == 3
+    assert len(cache_files(tmp_path / "cache", "-indices.cache")) == 1  # one file per entry
+    assert cache_files(tmp_path / "cache", ".npy") == []
     monkeypatch.setattr(_gpt_indices, "build_indices", None)  # any rebuild would crash
     second = make(corpus, tmp_path / "cache", build_if_missing=False)
     assert same_indices(first, second) and second.cache_key == first.cache_key
@@ -51,7 +54,7 @@ def test_add_extra_token_toggle_misses_the_cache(corpus, tmp_path):
     without = make(corpus, tmp_path / "cache", add_extra_token_to_sequence=False)
     assert with_extra.unique_description_hash == without.unique_description_hash  # megatron's key
     assert with_extra.cache_key.hash != without.cache_key.hash
-    assert len(cache_files(tmp_path / "cache", "-description.txt")) == 2
+    assert len(cache_files(tmp_path / "cache", "-indices.cache")) == 2
     fresh = make(corpus, tmp_path / "fresh", add_extra_token_to_sequence=False)
     assert same_indices(without, fresh) and not same_indices(with_extra, without)
 
@@ -69,27 +72,34 @@ def test_regenerated_dataset_misses_the_cache(corpus, tmp_path):
 
 
 def test_missing_cache_without_permission_to_build(corpus, tmp_path):
-    with pytest.raises(CacheError, match=r"description\.txt is missing"):
+    with pytest.raises(CacheError, match=r"indices\.cache is missing"):
         make(corpus, tmp_path / "cache", build_if_missing=False)
     assert not (tmp_path / "cache").exists()
 
 
-def _damage(path, how):
-    data = open(path, "rb").read()
-    if how == "truncate":
-        data = data[:-4]
+def _damage(path, how, name=None):
+    """Cut the file short inside ``name`` (an array, or the description header), or flip
+    one byte there; without ``name``, at the end of the file."""
+    data = bytearray(open(path, "rb").read())
+    if name is None:
+        first, count = len(data) - 4, 4
+    elif name == "description":
+        first, count = 40, 20
     else:
-        data = data[:-1] + bytes([data[-1] ^ 0xFF])
-    open(path, "wb").write(data)
+        first, count = array_extent(path, name)
+    if how == "truncate":
+        data = data[: first + count // 2]
+    else:
+        data[first + count // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
 
 
 @pytest.mark.parametrize("name", ["sample_index", "shuffle_index", "description"])
 @pytest.mark.parametrize("how", ["truncate", "flip"])
 def test_damaged_cache_is_rebuilt_or_reported(corpus, tmp_path, name, how):
     good = make(corpus, tmp_path / "cache")
-    suffix = "description.txt" if name == "description" else f"{name}.npy"
-    path = os.path.join(tmp_path / "cache", cache_files(tmp_path / "cache", suffix)[0])
-    _damage(path, how)
+    path = os.path.join(tmp_path / "cache", cache_files(tmp_path / "cache", "-indices.cache")[0])
+    _damage(path, how, name)
     with pytest.raises(CacheError):
         make(corpus, tmp_path / "cache", build_if_missing=False)
     rebuilt = make(corpus, tmp_path / "cache")
@@ -109,7 +119,7 @@ def test_different_indices_under_the_same_key_are_not_reused(corpus, tmp_path):
 def test_default_cache_directory_is_beside_the_data(corpus, tmp_path):
     ds = make(corpus, None)
     assert ds.cache.path_to_cache == os.path.join(corpus, "cache", "GPTDataset_indices")
-    assert len(cache_files(ds.cache.path_to_cache, ".npy")) == 3
+    assert len(cache_files(ds.cache.path_to_cache, "-indices.cache")) == 1
 
 
 @pytest.mark.parametrize("split, drop_last", [(Split.train, True), (Split.valid, False),
@@ -139,7 +149,7 @@ def test_deferred_mmap_needs_the_cache(corpus, tmp_path):
 def test_deferred_mmap_reports_damage_at_first_access(corpus, tmp_path):
     make(corpus, tmp_path / "cache")
     deferred = make(corpus, tmp_path / "cache", defer_npy_index_mmap=True, build_if_missing=False)
-    _damage(os.path.join(tmp_path / "cache", cache_files(tmp_path / "cache", "sample_index.npy")[0]),
+    _damage(os.path.join(tmp_path / "cache", cache_files(tmp_path / "cache", "-indices.cache")[0]),
             "truncate")
     with pytest.raises(CacheError, match="truncated"):
         deferred[0]
@@ -176,3 +186,24 @@ def test_tokenizer_without_identifiers_gives_a_stable_key(corpus, tmp_path):
     second = make(corpus, tmp_path / "cache", tokenizer=Tokenizer(), build_if_missing=False)
     assert first.cache_key == second.cache_key
     assert first.cache_identifiers["tokenizer"]["eod"] == 2
+
+
+@pytest.mark.parametrize("seed", [5, 1234])
+def test_kernel_and_generator_choices_give_the_same_indices(corpus, tmp_path, monkeypatch, seed):
+    """Small inputs take the reference kernels until their time budget is spent, and the
+    generator is restored from a saved seeded state: neither may change an index."""
+    config = small_config(corpus, None, random_seed=seed)
+    low = GPTDataset.build_low_level_dataset(corpus, config)
+    indices = split_indices(config, Split.train, len(low))
+    plan = _gpt_indices.plan_epochs(low.sequence_lengths, indices, 300, 16, 1, True, "test")
+    built = []
+    for spent in (0.0, 1e9, 0.0):  # reference, numba (or reference without it), reused state
+        monkeypatch.setattr(_gpt_indices, "_reference_spent", [spent])
+        built.append(_gpt_indices.build_indices(low.sequence_lengths, indices, plan, 16, 1, seed))
+    for arrays in built[1:]:
+        for a, b in zip(built[0], arrays):
+            assert a.dtype == b.dtype and numpy.array_equal(a, b)
+    fresh = numpy.random.RandomState(seed)  # what megatron-core seeds for every dataset
+    expected = reference.build_document_index(indices, plan.num_epochs, fresh,
+                                              plan.separate_final_epoch)
+    assert plan.num_epochs > 1 and numpy.array_equal(built[0][0], expected)

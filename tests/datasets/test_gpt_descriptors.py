@@ -14,10 +14,6 @@ from tokenloom.format._mapping import holds_descriptor
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd") or holds_descriptor(),
                     reason="needs /proc/self/fd and fd-free mappings")
-@pytest.mark.xfail(strict=True, reason=(
-    "tokenloom/cache.py _open_array maps each cached .npy with numpy.memmap, whose mmap "
-    "keeps a duplicated fd (3 per GPTDataset); tokenloom.format._mapping.map_array(path, "
-    "dtype, shape, offset) is the drop-in without one. Remove this marker with that change."))
 def test_warm_gpt_datasets_hold_no_descriptors(tmp_path):
     prefix = write_corpus(tmp_path / "c", numpy.random.default_rng(1).integers(5, 50, 120))
     config = small_config(prefix, tmp_path / "cache")

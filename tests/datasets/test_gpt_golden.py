@@ -79,7 +79,7 @@ def test_single_dataset_cases_from_cache(name, tmp_path):
     low_level = GPTDataset.build_low_level_dataset(path, config)
     list(_built_splits(case, config, GPTDataset, low_level, path))
     written = sorted(p.name for p in tmp_path.iterdir())
-    assert any(n.endswith("-sample_index.npy") for n in written)
+    assert any(n.endswith("-indices.cache") for n in written)
     for split, dataset in _built_splits(case, config, GPTDataset, low_level, path):
         assert dataset.cache is not None and dataset.indices_loaded
         _check_split(dataset, arrays, split)

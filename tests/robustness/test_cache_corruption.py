@@ -10,7 +10,6 @@ shape the indices, so a changed .bin of the same size cannot make the cache wron
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import struct
@@ -19,6 +18,7 @@ from collections import OrderedDict
 import numpy
 import pytest
 
+from tests.cache_files import array_extent, header, rewrite_header
 from tests.datasets._helpers import small_config, write_corpus
 from tokenloom.cache import CacheKey, IndexCache, file_identity
 from tokenloom.datasets import GPTDataset, Split
@@ -36,12 +36,11 @@ def stored(tmp_path):
 
 
 def _edit_description(cache, key, edit):
+    """Edit the header deliberately (its CRC made valid again)."""
     path = cache.description_path(key)
-    with open(path) as handle:
-        record = json.load(handle)
+    record, _ = header(path)
     edit(record)
-    with open(path, "w") as handle:
-        json.dump(record, handle)
+    rewrite_header(path, record)
 
 
 @pytest.mark.parametrize("edit", [
@@ -52,24 +51,47 @@ def _edit_description(cache, key, edit):
     lambda r: r["arrays"]["a"].__setitem__("shape", None),
     lambda r: r["arrays"]["a"].__setitem__("nbytes", "many"),
     lambda r: r["arrays"]["a"].__setitem__("crc32", "x"),
+    lambda r: r["arrays"]["a"].__setitem__("offset", -64),
+    lambda r: r["arrays"]["a"].__setitem__("offset", 3),
+    lambda r: r["arrays"]["a"].__setitem__("shape", [-100]),
+    lambda r: r["arrays"]["a"].__setitem__("dtype", "|O"),
+    lambda r: r.__setitem__("data_bytes", "x"),
 ], ids=["arrays-list", "arrays-str", "no-dtype", "bad-dtype", "shape-none", "nbytes-str",
-        "crc-str"])
+        "crc-str", "offset-negative", "offset-unaligned", "shape-negative", "object-dtype",
+        "size-str"])
 def test_edited_description_is_a_miss_or_cache_error(stored, edit):
     cache, key = stored
     _edit_description(cache, key, edit)
     for verify in ("size", "checksum"):
         assert cache.lookup(key, NAMES, verify=verify) is None
-        with pytest.raises(CacheError, match=r"description|malformed"):
+        with pytest.raises(CacheError, match=r"description|malformed|does not fit"):
             cache.load(key, NAMES, verify=verify)
 
 
-def test_swapped_npy_of_other_dtype_or_content(stored):
+def test_header_edited_without_its_crc_is_a_cache_error(stored):
+    cache, key = stored
+    path = cache.entry_path(key)
+    data = open(path, "rb").read().replace(b'"<i4"', b'"<i8"', 1)
+    open(path, "wb").write(data)
+    for verify in ("size", "checksum"):
+        with pytest.raises(CacheError, match="CRC32"):
+            cache.load(key, NAMES, verify=verify)
+
+
+def test_swapped_entry_of_other_dtype_or_content(stored):
     cache, key = stored
     path = cache.paths(key, ["a"])["a"]
-    numpy.save(path, numpy.arange(50, dtype=numpy.int64))  # same byte count, other dtype
-    with pytest.raises(CacheError, match="header says int64"):
+    other = CacheKey("GPTDataset", "train", OrderedDict([("seed", 2)]))
+    cache.store(other, {"a": numpy.arange(50, dtype=numpy.int64), "b": numpy.arange(10.0)})
+    os.replace(cache.entry_path(other), path)  # same byte count, other dtype, other key
+    with pytest.raises(CacheError, match="does not match the cache key"):
         cache.load(key, NAMES, verify="size")
-    numpy.save(path, numpy.arange(100, dtype=numpy.int32)[::-1].copy())  # same header
+    cache.store(key, {"a": numpy.arange(100, dtype=numpy.int32), "b": numpy.arange(10.0)})
+    first, count = array_extent(path, "a")
+    data = bytearray(open(path, "rb").read())  # same header, other content
+    data[first: first + count] = numpy.arange(100, dtype=numpy.int32)[::-1].tobytes()
+    open(path, "wb").write(bytes(data))
+    assert cache.load(key, NAMES, verify="size")["a"][0] == 99  # size checks cannot see it
     with pytest.raises(CacheError, match="CRC32"):
         cache.load(key, NAMES, verify="checksum")
 
@@ -123,7 +145,7 @@ def test_two_processes_building_the_same_cache_agree(tmp_path):
         worker.join(10)
         assert worker.exitcode == 0
     assert all(result == results[0] for result in results)
-    leftovers = [n for n in os.listdir(tmp_path / "c") if not n.endswith((".npy", ".txt"))]
+    leftovers = [n for n in os.listdir(tmp_path / "c") if not n.endswith("-indices.cache")]
     assert leftovers == []
     config = small_config(prefix, tmp_path / "c")
     low = GPTDataset.build_low_level_dataset(prefix, config)

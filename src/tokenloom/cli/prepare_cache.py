@@ -297,6 +297,6 @@ def run(args: argparse.Namespace) -> int:
     datasets = BlendedMegatronDatasetBuilder(GPTDataset, plan.sizes, lambda: True, config).build()
     for name, dataset in zip(("train", "valid", "test"), datasets):
         print(f"{name + ':':<21}{_describe(dataset)}")
-    count = len([n for n in os.listdir(config.path_to_cache) if n.endswith("-description.txt")])
+    count = len([n for n in os.listdir(config.path_to_cache) if n.endswith("-indices.cache")])
     print(f"done: {count} cached index sets in {config.path_to_cache}")
     return 0

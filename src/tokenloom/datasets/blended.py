@@ -191,13 +191,21 @@ class BlendedDataset:
         cache.store(key, self._arrays)
 
     def _build(self) -> Dict[str, numpy.ndarray]:
+        from tokenloom.datasets._gpt_indices import charge_reference, prefer_reference
         from tokenloom.index import build_blending_indices, build_exhaustive_blending_indices
+        from tokenloom.index import reference
 
         logger.info("Build the %s %s indices", type(self).__name__, self.split.name)
-        if self.size is not None:
-            arrays = build_blending_indices(numpy.asarray(self.weights, numpy.float64), self.size)
+        size = self.size if self.size is not None else sum(self.weights)
+        if prefer_reference(size * (3e-6 + 4e-9 * len(self.datasets))):  # numba not worth loading
+            blend = charge_reference(reference.build_blending_indices)
+            exhaustive = charge_reference(reference.build_exhaustive_blending_indices)
         else:
-            arrays = build_exhaustive_blending_indices(numpy.asarray(self.weights, numpy.int64))
+            blend, exhaustive = build_blending_indices, build_exhaustive_blending_indices
+        if self.size is not None:
+            arrays = blend(numpy.asarray(self.weights, numpy.float64), self.size)
+        else:
+            arrays = exhaustive(numpy.asarray(self.weights, numpy.int64))
         self._check_not_oversampled(arrays[0])
         return dict(zip(BLENDED_INDEX_NAMES, arrays))
 

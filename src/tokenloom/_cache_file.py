@@ -1,0 +1,180 @@
+"""One index-cache entry in one file: its description and its arrays (``tokenloom.cache``).
+
+A cold start over thousands of prefixes writes one cache entry per prefix; creating
+and renaming files is then most of its time on a busy disk, so an entry is a single
+file (one temporary file, one rename) instead of a description plus one ``.npy`` per
+array. Layout (little endian)::
+
+    bytes 0-7     magic  b"TLIDXC03"
+    bytes 8-15    uint64 length H of the header
+    bytes 16-19   uint32 CRC32 of the header
+    bytes 20-23   zero
+    bytes 24-     the header: UTF-8 JSON, readable with ``head -c``: format, class,
+                  split, hash, description, checks, and per array its dtype, shape,
+                  nbytes, CRC32 and offset (from the data start)
+    data start    ``24 + H`` rounded up to 64; every array at a 64-byte aligned offset
+    file size     data start + "data_bytes" (the end of the last array) from the header;
+                  a truncated or extended file is corrupt
+
+Reading checks the magic, the header CRC, every array's dtype/shape/extent and the
+file size, and the array CRC32s when asked (``verify="checksum"``); any mismatch is
+:class:`Corrupt`. Arrays are memory-mapped with no file descriptor kept open
+(:func:`tokenloom.format._mapping.map_readonly`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from collections import OrderedDict
+from typing import Dict, List, Mapping, Tuple
+
+import numpy
+
+from tokenloom._atomic import atomic_open
+
+__all__ = ["Corrupt", "RawJSON", "crc32", "write_entry", "read_record", "open_arrays"]
+
+MAGIC = b"TLIDXC03"
+_PREFIX = struct.Struct("<8sQII")
+_ALIGN = 64
+
+
+class Corrupt(Exception):
+    """A cache file that does not hold what it says it holds."""
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // _ALIGN) * _ALIGN
+
+
+def crc32(array: numpy.ndarray) -> int:
+    """CRC32 of an array's bytes (C order)."""
+    flat = numpy.ascontiguousarray(array).reshape(-1).view(numpy.uint8)
+    crc = 0
+    for start in range(0, flat.size, 1 << 26):
+        crc = zlib.crc32(flat[start: start + (1 << 26)], crc)
+    return crc
+
+
+def write_entry(path: str, record: "OrderedDict[str, object]",
+                arrays: Mapping[str, numpy.ndarray]) -> None:
+    """Write ``record`` (the header, completed with the arrays' metadata and the file
+    size) and ``arrays`` to ``path`` atomically (not fsynced: a cache is rebuildable and
+    validated on every read)."""
+    contiguous = {name: numpy.ascontiguousarray(array) for name, array in arrays.items()}
+    meta, end = OrderedDict(), 0
+    for name, array in contiguous.items():
+        meta[name] = OrderedDict([("dtype", array.dtype.str), ("shape", list(array.shape)),
+                                  ("nbytes", int(array.nbytes)), ("crc32", crc32(array)),
+                                  ("offset", _aligned(end) if array.nbytes else 0)])
+        end = max(end, meta[name]["offset"] + int(array.nbytes))
+    record = OrderedDict(record)
+    record["arrays"] = meta
+    record["data_bytes"] = end  # no padding after the last array: every byte is checked
+    header = _encode(record)
+    start = _aligned(_PREFIX.size + len(header))
+    with atomic_open(path, "wb", durable=False) as handle:
+        handle.write(_PREFIX.pack(MAGIC, len(header), zlib.crc32(header), 0))
+        handle.write(header)
+        handle.write(bytes(start - _PREFIX.size - len(header)))
+        written = 0
+        for name, array in contiguous.items():
+            if not array.nbytes:
+                continue
+            handle.write(bytes(meta[name]["offset"] - written))
+            handle.write(array.reshape(-1).view(numpy.uint8).data)
+            written = meta[name]["offset"] + int(array.nbytes)
+
+
+class RawJSON(str):
+    """A value of a record that is JSON text already (spliced into the header as is)."""
+
+
+def _encode(record: Mapping[str, object]) -> bytes:
+    """Compact JSON of ``record``, :class:`RawJSON` values last and spliced in unencoded
+    (a cache key's description is JSON text already: encoding it again costs more than
+    the rest of a small entry)."""
+    plain = {name: value for name, value in record.items() if not isinstance(value, RawJSON)}
+    text = json.dumps(plain, separators=(",", ":"))
+    raw = "".join(f",{json.dumps(name)}:{value}" for name, value in record.items()
+                  if isinstance(value, RawJSON))
+    if raw and text == "{}":
+        return ("{" + raw[1:] + "}").encode("utf-8")
+    return (text[:-1] + raw + "}").encode("utf-8")
+
+
+def read_record(handle, path: str) -> Tuple[dict, int]:
+    """``(header, data start)`` of the open cache file ``handle``; Corrupt when the
+    magic, header length or header CRC is wrong or the file size disagrees."""
+    prefix = handle.read(_PREFIX.size)
+    if len(prefix) != _PREFIX.size:
+        raise Corrupt(f"{path}: {len(prefix)} bytes, too short for a cache file header")
+    magic, length, crc, _ = _PREFIX.unpack(prefix)
+    if magic != MAGIC:
+        raise Corrupt(f"{path}: not a tokenloom index cache file (magic {magic!r})")
+    size = os.fstat(handle.fileno()).st_size
+    if length > size:
+        raise Corrupt(f"{path}: header length {length} exceeds the file size {size}")
+    header = handle.read(length)
+    if len(header) != length or zlib.crc32(header) != crc:
+        raise Corrupt(f"{path}: the header fails its CRC32 (truncated or edited)")
+    try:
+        record = json.loads(header)
+        start = _aligned(_PREFIX.size + length)
+        expected = start + int(record["data_bytes"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise Corrupt(f"{path}: malformed header ({error!r})") from None
+    if size != expected:
+        raise Corrupt(f"{path}: {size} bytes, expected {expected} (truncated?)")
+    return record, start
+
+
+def _recorded(path: str, name: str, meta: object, data_bytes: int) -> tuple:
+    """(dtype, shape, nbytes, crc32, offset) recorded for array ``name``, checked for
+    consistency (shape times itemsize is nbytes, the extent lies inside the data)."""
+    try:
+        dtype = numpy.dtype(meta["dtype"])
+        shape = tuple(int(n) for n in meta["shape"])
+        nbytes, crc, offset = int(meta["nbytes"]), int(meta["crc32"]), int(meta["offset"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise Corrupt(f"{path}: the entry of array {name!r} is malformed ({error!r})") from None
+    count = int(numpy.prod(shape, dtype=numpy.int64))
+    if dtype.hasobject or min(shape, default=0) < 0 or count * dtype.itemsize != nbytes \
+            or offset < 0 or offset % _ALIGN or offset + nbytes > data_bytes:
+        raise Corrupt(f"{path}: array {name!r} is recorded as {dtype}{shape} ({nbytes} bytes at "
+                      f"{offset}), which does not fit the file")
+    return dtype, shape, nbytes, crc, offset
+
+
+def open_arrays(handle, path: str, record: dict, start: int, names: List[str], mmap: bool,
+                verify: str) -> Dict[str, numpy.ndarray]:
+    """The arrays ``names`` of the open cache file (memory-mapped, or read)."""
+    from tokenloom.format._mapping import map_readonly
+
+    recorded = record.get("arrays")
+    if not isinstance(recorded, dict):
+        raise Corrupt(f"{path}: malformed header ('arrays' is not a mapping)")
+    data_bytes, buffer, arrays = int(record["data_bytes"]), None, {}
+    for name in names:
+        if name not in recorded:
+            raise Corrupt(f"{path}: no array {name!r} in the file")
+        dtype, shape, nbytes, crc, offset = _recorded(path, name, recorded[name], data_bytes)
+        if nbytes == 0:
+            array = numpy.zeros(shape, dtype=dtype)
+        elif mmap:
+            if buffer is None:
+                buffer = map_readonly(handle, start + data_bytes)
+            array = numpy.frombuffer(buffer, dtype=dtype, count=nbytes // dtype.itemsize,
+                                     offset=start + offset).reshape(shape)
+        else:
+            array = numpy.empty(shape, dtype=dtype)
+            handle.seek(start + offset)
+            if handle.readinto(array.reshape(-1).view(numpy.uint8)) != nbytes:
+                raise Corrupt(f"{path}: array {name!r} is cut short")
+        if verify == "checksum" and crc32(array) != crc:
+            raise Corrupt(f"{path}: array {name!r} fails its CRC32, the file is corrupt")
+        arrays[name] = array
+    return arrays
