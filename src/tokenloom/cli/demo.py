@@ -221,7 +221,9 @@ def _show_sample(dataset, tokenizer) -> None:
           "'token' and\n      is trained to predict 'label' where loss_mask is 1")
     print(f"      {'pos':>5}  {'token':<22}{'label':<22}{'loss_mask':>9}")
     shown = _positions_to_show(labels, eod)
-    for position in shown:
+    for previous, position in zip([-1] + shown, shown):
+        if position > previous + 1:
+            print(f"      {'...':>5}")
         piece = _one_line(tokenizer.decode([tokens[position]]), 20)
         target = _one_line(tokenizer.decode([labels[position]]), 20)
         weight = float(mask[position])
