@@ -54,9 +54,22 @@ def _stat_key(stat: os.stat_result) -> List[int]:
 
 def memo_path(path_to_cache: str, class_name: str, prefixes: Iterable[str]) -> str:
     """Where the memo of a blend of ``prefixes`` (built as ``class_name``) lives."""
-    text = json.dumps([class_name, [os.path.abspath(p) for p in prefixes]])
+    return _memo_path(path_to_cache, class_name, [os.path.abspath(p) for p in prefixes])
+
+
+def _memo_path(path_to_cache: str, class_name: str, absolute: List[str]) -> str:
+    text = json.dumps([class_name, absolute])
     digest = hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
     return os.path.join(path_to_cache, f"{digest}-startup-memo.json")
+
+
+def _idx_path(prefix: str, absolute_prefix: Optional[str]) -> str:
+    """``os.path.abspath(prefix + ".idx")``, from ``abspath(prefix)`` when that is known:
+    normalising never touches a last component other than "", "." or "..", so
+    appending ".idx" to such a component commutes with ``abspath``."""
+    if absolute_prefix is None or os.path.basename(prefix) in ("", ".", ".."):
+        return os.path.abspath(prefix + ".idx")
+    return absolute_prefix + ".idx"
 
 
 class PrefixFacts:
@@ -66,9 +79,11 @@ class PrefixFacts:
                  "document_count", "idx_md5", "bin_identity")
 
     def __init__(self, prefix: str, idx_stat: List[int], dtype_code: int, sequence_count: int,
-                 document_count: int, idx_md5: str, bin_identity: Optional[Dict] = None) -> None:
-        self.prefix, self.idx_path = prefix, os.path.abspath(prefix + ".idx")
-        self.idx_stat, self.dtype_code = list(idx_stat), int(dtype_code)
+                 document_count: int, idx_md5: str, bin_identity: Optional[Dict] = None, *,
+                 idx_path: Optional[str] = None) -> None:
+        self.prefix = prefix
+        self.idx_path = os.path.abspath(prefix + ".idx") if idx_path is None else idx_path
+        self.idx_stat, self.dtype_code = [int(v) for v in idx_stat], int(dtype_code)
         self.sequence_count, self.document_count = int(sequence_count), int(document_count)
         self.idx_md5, self.bin_identity = str(idx_md5), bin_identity
 
@@ -77,6 +92,17 @@ class PrefixFacts:
         idx = OrderedDict([("size", self.idx_stat[0]), ("mtime_ns", self.idx_stat[1]),
                            ("md5_head_tail", self.idx_md5)])
         return OrderedDict([("idx", idx), ("bin", OrderedDict(self.bin_identity))])
+
+    def file_identity_json(self) -> str:
+        """``tokenloom.cache.describe(self.file_identity())``, written directly (the
+        sizes and times are ints, the digest a str: see ``test_startup_memo``)."""
+        from tokenloom.cache import json_scalar
+
+        size, mtime = self.idx_stat[0], self.idx_stat[1]
+        bin_ = self.bin_identity
+        return (f'{{"idx":{{"size":{size},"mtime_ns":{mtime},"md5_head_tail":'
+                f'{json_scalar(self.idx_md5)}}},"bin":{{"size":{json_scalar(bin_["size"])},'
+                f'"mtime_ns":{json_scalar(bin_["mtime_ns"])}}}}}')
 
     def unchanged(self) -> bool:
         """Whether the ``.idx`` still has the recorded stat (the ``.bin`` is re-stat'ed)."""
@@ -90,11 +116,11 @@ class PrefixFacts:
                 self.idx_md5]
 
 
-def _facts_from_json(prefix: str, row: Any) -> PrefixFacts:
-    if not isinstance(row, list) or len(row) != 8 or not all(isinstance(v, int) for v in row[:7]) \
-            or not isinstance(row[7], str):
+def _facts_from_json(prefix: str, row: Any, idx_path: Optional[str] = None) -> PrefixFacts:
+    if type(row) is not list or len(row) != 8 or not all(type(v) is int for v in row[:7]) \
+            or type(row[7]) is not str:
         raise ValueError(f"malformed entry {row!r}")
-    return PrefixFacts(prefix, row[:4], row[4], row[5], row[6], row[7])
+    return PrefixFacts(prefix, row[:4], row[4], row[5], row[6], row[7], idx_path=idx_path)
 
 
 class StartupMemo:
@@ -106,6 +132,7 @@ class StartupMemo:
         self._lengths: Dict[str, int] = {}
         self._dirty = False
         self._lock = threading.Lock()
+        self._absolute: Dict[str, str] = {}  # prefix -> abspath(prefix), from memo_for
 
     @classmethod
     def load(cls, path: str) -> "StartupMemo":
@@ -144,12 +171,12 @@ class StartupMemo:
     # -- lookups -------------------------------------------------------------------
     def facts(self, prefix: str) -> Optional[PrefixFacts]:
         """The recorded facts of ``prefix`` if its ``.idx`` is unchanged, else None."""
-        idx_path = os.path.abspath(prefix + ".idx")
+        idx_path = _idx_path(prefix, self._absolute.get(prefix))
         row = self._files.get(idx_path)
         if row is None:
             return None
         try:
-            facts = _facts_from_json(prefix, row)
+            facts = _facts_from_json(prefix, row, idx_path)
             if _stat_key(os.stat(idx_path)) != facts.idx_stat:
                 return None
             bin_stat = os.stat(prefix + ".bin")
@@ -228,7 +255,10 @@ def memo_for(cls: Any, config: Any, prefixes: List[str]) -> Optional[StartupMemo
             or cls.numel_low_level_dataset is not GPTDataset.numel_low_level_dataset \
             or any(p is None or str(p).startswith(("s3://", "msc://")) for p in prefixes):
         return None
-    return StartupMemo.load(memo_path(config.path_to_cache, cls.__name__, prefixes))
+    absolute = [os.path.abspath(p) for p in prefixes]
+    memo = StartupMemo.load(_memo_path(config.path_to_cache, cls.__name__, absolute))
+    memo._absolute = dict(zip(prefixes, absolute))
+    return memo
 
 
 def deferred_low_level(memo: StartupMemo, prefix: str, config: Any) -> Optional[Any]:

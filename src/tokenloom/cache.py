@@ -27,6 +27,11 @@ API
     handy as a ``checks`` value.
 ``CacheKey(class_name, split_name, identifiers)``
     ``.description`` (text), ``.hash``, ``.stem`` (``<hash>-<Class>-<split>``).
+    ``CacheKey.from_description(class_name, split_name, description)``: for callers
+    that wrote ``describe(identifiers)`` themselves, faster (see ``GPTDataset``);
+    its ``.identifiers`` are the description parsed back, on first access.
+``json_scalar(value) -> str``
+    ``describe(value)`` for a str, int or None, without the encoder's set-up.
 ``IndexCache(path_to_cache)``
     ``.entry_path(key)`` (also ``.description_path(key)``, the commit marker, and
     ``.paths(key, names) -> {name: path}``, all the one entry file);
@@ -57,8 +62,10 @@ import hashlib
 import json
 import os
 from collections import OrderedDict
+from collections.abc import Mapping as _MappingABC
 from dataclasses import dataclass, field
 from enum import Enum
+from json.encoder import encode_basestring_ascii
 from typing import Dict, Iterable, Mapping, Optional
 
 import numpy
@@ -75,6 +82,7 @@ __all__ = [
     "array_digest",
     "CacheKey",
     "IndexCache",
+    "json_scalar",
     "LazyArrays",
 ]
 
@@ -106,12 +114,30 @@ def _jsonable(obj: object) -> object:
     return fields
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=_jsonable)  # stateless per call
+
+
 def describe(identifiers: Mapping[str, object]) -> str:
-    """Canonical JSON text of ``identifiers`` (keeps their order, like megatron-core).
+    """Canonical JSON text of ``identifiers`` (keeps their order, like megatron-core):
+    ``json.dumps(identifiers, separators=(",", ":"), default=...)``.
 
     Compact, so that the C encoder writes it (an indented text takes the pure-Python
     encoder, ten times slower: it was most of a warm start over many prefixes)."""
-    return json.dumps(identifiers, separators=(",", ":"), default=_jsonable)
+    return _ENCODER.encode(identifiers)
+
+
+def json_scalar(value: object) -> str:
+    """``describe(value)`` for a str, an int (not a bool) or None; other values go
+    through :func:`describe`. (``describe`` sets up an encoder per call, which costs
+    more than the text of a few scalars.)"""
+    kind = type(value)
+    if kind is str:
+        return encode_basestring_ascii(value)
+    if kind is int:
+        return int.__repr__(value)
+    if value is None:
+        return "null"
+    return describe(value)
 
 
 def description_hash(text: str) -> str:
@@ -154,9 +180,10 @@ def file_identity(path_prefix: str) -> "OrderedDict[str, object]":
 
 def array_digest(array: numpy.ndarray) -> str:
     """MD5 of an array's dtype, shape and bytes."""
-    array = numpy.ascontiguousarray(array)
+    if not (isinstance(array, numpy.ndarray) and array.ndim and array.flags.c_contiguous):
+        array = numpy.ascontiguousarray(array)  # (at least 1-D)
     digest = hashlib.md5(f"{array.dtype.str}{array.shape}".encode(), usedforsecurity=False)
-    digest.update(memoryview(array).cast("B"))
+    digest.update(array)  # its bytes, C order
     return digest.hexdigest()
 
 
@@ -175,10 +202,54 @@ class CacheKey:
         object.__setattr__(self, "description", text)
         object.__setattr__(self, "hash", description_hash(text))
 
+    @classmethod
+    def from_description(cls, class_name: str, split_name: str, description: str) -> "CacheKey":
+        """The key of the identifiers whose ``describe`` text the caller wrote itself
+        (``description``, which must be exactly that text). ``key.identifiers`` is
+        the description parsed back (JSON types), on first access: a warm start over
+        many prefixes never reads it."""
+        key = object.__new__(cls)
+        setattr_ = object.__setattr__
+        setattr_(key, "class_name", class_name)
+        setattr_(key, "split_name", split_name)
+        setattr_(key, "identifiers", _ParsedIdentifiers(description))
+        setattr_(key, "description", description)
+        setattr_(key, "hash", description_hash(description))
+        return key
+
     @property
     def stem(self) -> str:
         """``<hash>-<Class>-<split>``, the common file name prefix."""
         return f"{self.hash}-{self.class_name}-{self.split_name}"
+
+
+class _ParsedIdentifiers(_MappingABC):
+    """The identifiers a description text holds, parsed on first use (read only)."""
+
+    __slots__ = ("_text", "_value")
+
+    def __init__(self, text: str) -> None:
+        self._text, self._value = text, None
+
+    def _get(self) -> Mapping[str, object]:
+        if self._value is None:
+            self._value = json.loads(self._text, object_pairs_hook=OrderedDict)
+        return self._value
+
+    def __getitem__(self, name: str) -> object:
+        return self._get()[name]
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+    def __reduce__(self):
+        return (_ParsedIdentifiers, (self._text,))
 
 
 class IndexCache:

@@ -51,6 +51,10 @@ class DeferredIndexedDataset(IndexedDataset):
         """The cache file identity of the pair (``tokenloom.cache.file_identity``)."""
         return self._facts.file_identity()
 
+    def file_identity_json(self) -> str:
+        """``tokenloom.cache.describe(self.file_identity())``, without building it."""
+        return self._facts.file_identity_json()
+
     def known_length(self, stem: str) -> Optional[int]:
         """Samples of the GPT index cached under ``stem``, if the memo knows it."""
         return self._known_lengths.get(stem)

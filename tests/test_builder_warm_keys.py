@@ -1,0 +1,120 @@
+"""Warm builds write each GPT cache description piece by piece (``GPTDataset._cache_key``);
+the text must be exactly ``describe(cache_identifiers)``, so that a cache is reused
+exactly when the full key would reuse it, for every input that shapes the indices."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections import OrderedDict
+
+import pytest
+
+from tests.test_builder_startup_memo import build, corpora, no_racy_window  # noqa: F401
+from tokenloom import _startup_memo
+from tokenloom.cache import CacheKey, describe, file_identity, json_scalar
+from tokenloom.datasets._deferred import DeferredIndexedDataset
+
+
+class PlainTokenizer:
+    """A tokenizer without ``unique_identifiers`` (keyed by its summary)."""
+
+    vocab_size, eod, pad = 32000, 0, None
+
+
+CONFIGS = [
+    {},
+    {"add_extra_token_to_sequence": False},
+    {"sequence_length": 17, "random_seed": 11},
+    {"split": "90,10,0", "drop_last_partial_validation_sequence": False},
+    {"split": "80,10,10"},
+    {"tokenizer": PlainTokenizer()},
+]
+
+
+@pytest.mark.parametrize("fields", CONFIGS)
+def test_warm_description_is_the_full_description(corpora, tmp_path, fields):  # noqa: F811
+    build(corpora, tmp_path / "cache", **fields)
+    warm = build(corpora, tmp_path / "cache", **fields)
+    for dataset in warm.datasets:
+        assert isinstance(dataset.dataset, DeferredIndexedDataset)  # the fast path ran
+        key = dataset.cache_key
+        full = CacheKey(key.class_name, key.split_name, dataset.cache_identifiers)
+        assert key.description == full.description and key.hash == full.hash
+        assert dict(key.identifiers) == json_roundtrip(dataset.cache_identifiers)
+        assert pickle.loads(pickle.dumps(key)).description == key.description
+        assert getattr(dataset, "_memo_length", None) is not None  # reused the cold entry
+
+
+def json_roundtrip(identifiers):
+    import json
+
+    return json.loads(describe(identifiers), object_pairs_hook=OrderedDict)
+
+
+def test_every_shaping_input_changes_the_warm_key(corpora, tmp_path):  # noqa: F811
+    def stems(**fields):
+        return [d.cache_key.stem for d in build(corpora, tmp_path / "cache", **fields).datasets]
+
+    stems()
+    base = stems()
+    for fields in CONFIGS[1:]:
+        assert not set(stems(**fields)) & set(base), fields
+    os.utime(corpora[0] + ".bin", ns=(1, 1))  # the .bin identity is part of the key
+    changed = stems()
+    assert changed[0] != base[0] and changed[1:] == base[1:]
+
+
+def test_file_identity_json_matches(corpora):  # noqa: F811
+    memo = _startup_memo.StartupMemo("/nonexistent/memo.json")
+    from tokenloom.format import IndexedDataset
+
+    prefix = corpora[1]
+    stat = os.stat(prefix + ".idx")
+    dataset = IndexedDataset(prefix)
+    memo.record_prefix(prefix, stat, dataset, file_identity(prefix))
+    facts = memo.facts(prefix)
+    assert facts.file_identity() == file_identity(prefix)
+    assert facts.file_identity_json() == describe(file_identity(prefix))
+
+
+@pytest.mark.parametrize("prefix", ["a/b", "a//b", "./a/../b", "b", "a/b/", "a/.", "a/..",
+                                    "/x/y", "/", "a/b.c", "..", "."])
+def test_idx_path_from_the_absolute_prefix(prefix):
+    expected = os.path.abspath(prefix + ".idx")
+    assert _startup_memo._idx_path(prefix, os.path.abspath(prefix)) == expected
+    assert _startup_memo._idx_path(prefix, None) == expected
+
+
+@pytest.mark.parametrize("value", ["p\u00e9\"\\\n", "", 0, -3, 10**30, None, True, 1.5,
+                                   [1, "x"], {"a": None}])
+def test_json_scalar_is_describe(value):
+    assert json_scalar(value) == describe(value)
+
+
+def test_valid_split_keys_follow_drop_last_partial_validation_sequence(corpora, tmp_path):  # noqa: F811
+    from tests.test_builder import EOD
+    from tokenloom.builder import BlendedMegatronDatasetBuilder
+    from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer
+
+    def splits(drop):
+        config = GPTDatasetConfig(
+            random_seed=3, sequence_length=24, reset_position_ids=False,
+            reset_attention_mask=False, eod_mask_loss=False, split="80,20,0",
+            tokenizer=SimpleTokenizer(32000, EOD), path_to_cache=str(tmp_path / "cache"),
+            blend=(list(corpora), [4.0, 3.0, 2.0, 1.0]), mid_level_dataset_surplus=0.05,
+            drop_last_partial_validation_sequence=drop)
+        built = BlendedMegatronDatasetBuilder(GPTDataset, [100, 20, 0], lambda: True,
+                                              config).build()
+        return [d for blend in built[:2] for d in blend.datasets]
+
+    for drop in (True, False):
+        splits(drop)
+        warm = splits(drop)
+        assert {d.index_split.name for d in warm} == {"train", "valid"}
+        for dataset in warm:
+            assert isinstance(dataset.dataset, DeferredIndexedDataset)
+            assert dataset.cache_key.description == describe(dataset.cache_identifiers)
+    valid = [{d.cache_key.stem for d in splits(drop) if d.index_split.name == "valid"}
+             for drop in (True, False)]
+    assert not valid[0] & valid[1]
