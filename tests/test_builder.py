@@ -7,27 +7,12 @@ import json
 import numpy
 import pytest
 
+from tests.random_corpora import EOD, write_corpus
 from tokenloom.builder import BlendedMegatronDatasetBuilder, get_size_per_split_per_dataset
 from tokenloom.cli.main import main as cli_main
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, MockGPTDataset, SimpleTokenizer
 from tokenloom.datasets.blended import BlendedDataset
 from tokenloom.errors import ConfigError
-
-EOD = 2
-
-
-def write_corpus(prefix, num_docs: int, seed: int) -> str:
-    from tokenloom.format import IndexedDatasetBuilder
-
-    rng = numpy.random.RandomState(seed)
-    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=numpy.uint16)
-    for _ in range(num_docs):
-        doc = rng.randint(3, 32000, size=rng.randint(5, 120)).astype(numpy.uint16)
-        doc[-1] = EOD
-        builder.add_item(doc)
-        builder.end_document()
-    builder.finalize(f"{prefix}.idx")
-    return str(prefix)
 
 
 @pytest.fixture(scope="module")

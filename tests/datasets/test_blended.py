@@ -7,28 +7,13 @@ import pickle
 import numpy
 import pytest
 
+from tests.random_corpora import EOD, write_corpus
 from tests.cache_files import array_extent, header
 from tokenloom.cache import IndexCache
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer, Split
 from tokenloom.datasets.blended import BLENDED_INDEX_NAMES, BlendedDataset
 from tokenloom.errors import CacheError, ConfigError
-from tokenloom.format import IndexedDatasetBuilder
 from tokenloom.index import build_blending_indices
-
-EOD = 2
-
-
-def write_corpus(prefix, num_docs: int, seed: int) -> str:
-    """A uint16 corpus of random documents, each ending with EOD."""
-    rng = numpy.random.RandomState(seed)
-    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=numpy.uint16)
-    for _ in range(num_docs):
-        doc = rng.randint(3, 32000, size=rng.randint(5, 120)).astype(numpy.uint16)
-        doc[-1] = EOD
-        builder.add_item(doc)
-        builder.end_document()
-    builder.finalize(f"{prefix}.idx")
-    return str(prefix)
 
 
 @pytest.fixture(scope="module")
