@@ -158,7 +158,7 @@ def resolve_pad_token_id(tokenizer: Any, allow_ambiguous: Optional[bool]) -> int
     with another special token (unless ``allow_ambiguous``), as megatron-core does."""
     try:
         pad = tokenizer.pad
-    except Exception:
+    except Exception:  # megatron-core's rule: a tokenizer whose pad raises has no pad
         pad = None
     if pad is None:
         return PAD_TOKEN_ID
