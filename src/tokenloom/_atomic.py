@@ -132,11 +132,3 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = 
     """Write ``data`` to ``path`` atomically."""
     with atomic_open(path, "wb", durable=durable) as handle:
         handle.write(data)
-
-
-def atomic_save_npy(path: str | os.PathLike, array, *, durable: bool = True) -> None:
-    """``numpy.save`` to ``path`` atomically (no ``.npy`` suffix is appended)."""
-    import numpy
-
-    with atomic_open(path, "wb", durable=durable) as handle:
-        numpy.save(handle, array, allow_pickle=False)
