@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, TypeVar
@@ -79,10 +80,14 @@ class Communicator:
 
 
 def is_distributed() -> bool:
-    """True when torch is importable and a default process group is initialised."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
+    """True when a default torch.distributed process group is initialised.
+
+    Looks at ``sys.modules`` instead of importing torch: a process group can only
+    exist once ``torch.distributed`` has been imported, and importing torch costs
+    over a second of start-up that a single-process user must not pay.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
         return False
     return dist.is_available() and dist.is_initialized()
 
