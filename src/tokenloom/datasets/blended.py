@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy
 
 from tokenloom.cache import CacheKey, IndexCache
+from tokenloom.datasets.megatron_dataset import MegatronDescription
 from tokenloom.datasets.split import Split, normalize
 from tokenloom.errors import CacheError, ConfigError
 
@@ -93,7 +94,7 @@ def _identity(dataset: Any) -> Any:
     return getattr(dataset, "cache_identifiers", None) or dataset.unique_identifiers
 
 
-class BlendedDataset:
+class BlendedDataset(MegatronDescription):
     """Blend ``datasets`` by ``weights`` (megatron-core's arguments, in order).
 
     Args:
@@ -135,27 +136,6 @@ class BlendedDataset:
         ids["weights"] = self.weights
         ids["size"] = self.size
         self.unique_identifiers = ids
-
-    @property
-    def unique_description(self) -> str:
-        """megatron-core's description (indented JSON), computed on first access: at
-        thousands of datasets it costs more than the rest of a warm start."""
-        import json
-
-        text = self.__dict__.get("_unique_description")
-        if text is None:
-            text = json.dumps(self.unique_identifiers, indent=4,
-                              default=lambda obj: obj.unique_identifiers)
-            self.__dict__["_unique_description"] = text
-        return text
-
-    @property
-    def unique_description_hash(self) -> str:
-        """MD5 hex digest of :attr:`unique_description` (megatron-core's)."""
-        import hashlib
-
-        return hashlib.md5(self.unique_description.encode("utf-8"),
-                           usedforsecurity=False).hexdigest()
 
     @property
     def cache_identifiers(self) -> "OrderedDict[str, Any]":

@@ -31,7 +31,33 @@ PAD_TOKEN_ID = -1
 # start-up that the core (numpy only) must not pay.
 
 
-class MegatronDataset(ABC):
+class MegatronDescription:
+    """megatron-core's ``unique_description`` and its MD5, from ``unique_identifiers``.
+
+    megatron-core computes both in ``__init__``; here they are computed on first
+    access, because the indented JSON costs ~30 us per dataset (a third of a warm start
+    over many prefixes) and tokenloom's caches key on ``cache_identifiers`` instead.
+    """
+
+    unique_identifiers: "OrderedDict[str, Any]"
+
+    @property
+    def unique_description(self) -> str:
+        """megatron-core's description: ``unique_identifiers`` as JSON, indent 4."""
+        text = self.__dict__.get("_unique_description")
+        if text is None:
+            text = json.dumps(self.unique_identifiers, indent=4, default=_megatron_default)
+            self.__dict__["_unique_description"] = text
+        return text
+
+    @property
+    def unique_description_hash(self) -> str:
+        """MD5 hex digest of :attr:`unique_description` (megatron-core's)."""
+        return hashlib.md5(self.unique_description.encode("utf-8"),
+                           usedforsecurity=False).hexdigest()
+
+
+class MegatronDataset(MegatronDescription, ABC):
     """Mid-level dataset over a low-level dataset (megatron-core's MegatronDataset).
 
     Args:
@@ -69,24 +95,6 @@ class MegatronDataset(ABC):
         for attr in self._key_config_attributes():
             self.unique_identifiers[attr] = getattr(self.config, attr)
         self._pad_token_id = resolve_pad_token_id(config.tokenizer, config.allow_ambiguous_pad_tokens)
-
-    # megatron-core computes these two in __init__; here on first access, because the
-    # indented JSON costs ~30 us per dataset (a third of a warm start over many prefixes)
-    # and tokenloom's caches key on cache_identifiers instead.
-    @property
-    def unique_description(self) -> str:
-        """megatron-core's description: ``unique_identifiers`` as JSON, indent 4."""
-        text = self.__dict__.get("_unique_description")
-        if text is None:
-            text = json.dumps(self.unique_identifiers, indent=4, default=_megatron_default)
-            self.__dict__["_unique_description"] = text
-        return text
-
-    @property
-    def unique_description_hash(self) -> str:
-        """MD5 hex digest of :attr:`unique_description` (megatron-core's)."""
-        return hashlib.md5(self.unique_description.encode("utf-8"),
-                           usedforsecurity=False).hexdigest()
 
     @property
     def cache_identifiers(self) -> "OrderedDict[str, Any]":
