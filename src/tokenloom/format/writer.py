@@ -129,14 +129,19 @@ class IndexedDatasetBuilder:
         self._file()
         self._documents.append(len(self._lengths))
 
+    def _tokens_and_lengths(self, tokens, lengths, where: str):
+        """Checked ``(tokens, int64 lengths)`` whose lengths add up to the token count."""
+        array = self._tokens(tokens, where)
+        lengths = as_numpy(lengths).astype(numpy.int64)
+        self._check_lengths(lengths, where)
+        if int(lengths.sum()) != array.shape[0]:
+            raise FormatError(f"{self.bin_path}: {where}: lengths sum to {int(lengths.sum())} "
+                              f"but there are {array.shape[0]} tokens")
+        return array, lengths
+
     def add_document(self, tokens, lengths, modes=None) -> None:
         """Append one whole document: ``tokens`` split into sequences of ``lengths``."""
-        array = self._tokens(tokens, "add_document")
-        lengths = as_numpy(lengths).astype(numpy.int64)
-        self._check_lengths(lengths, "add_document")
-        if int(lengths.sum()) != array.shape[0]:
-            raise FormatError(f"{self.bin_path}: add_document: lengths sum to {int(lengths.sum())} "
-                              f"but the document has {array.shape[0]} tokens")
+        array, lengths = self._tokens_and_lengths(tokens, lengths, "add_document")
         modes = self._modes_for(modes, lengths.shape[0], "add_document")
         self._file().write(memoryview(array).cast("B"))
         self._lengths.extend(lengths)
@@ -175,12 +180,7 @@ class IndexedDatasetBuilder:
         The vectorised form of :meth:`add_documents` for tokenizers that return one
         flat array plus per-document lengths: no per-document Python work at all.
         """
-        flat = self._tokens(tokens, "add_flat_documents")
-        counts = as_numpy(lengths).astype(numpy.int64)
-        self._check_lengths(counts, "add_flat_documents")
-        if int(counts.sum()) != flat.shape[0]:
-            raise FormatError(f"{self.bin_path}: add_flat_documents: lengths sum to "
-                              f"{int(counts.sum())} but there are {flat.shape[0]} tokens")
+        flat, counts = self._tokens_and_lengths(tokens, lengths, "add_flat_documents")
         eod = None
         if eod_token is not None:
             eod = self._tokens([eod_token], "add_flat_documents: eod_token")
