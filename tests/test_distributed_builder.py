@@ -16,6 +16,7 @@ import pytest
 from tests import test_builder_golden as golden_helpers
 from tests import test_distributed_harness as harness
 from tests.conftest import GOLDEN_DIR, golden_cases, requires_golden
+from tokenloom.cache import IndexCache
 
 WORLD = 3
 
@@ -154,8 +155,8 @@ def test_node_local_caches_are_built_once_per_node(tmp_path):
     for rank in map(str, range(WORLD)):
         mine = [cls for r, cls in stores if r == rank]
         assert sorted(mine) == ["BlendedDataset"] * 3 + ["GPTDataset"] * 9, (rank, mine)
-    for rank in range(WORLD):
-        assert len(list((tmp_path / f"local{rank}").glob("*-indices.cache"))) == 12
+    for rank in range(WORLD):  # entry files and pack entries
+        assert len(IndexCache(str(tmp_path / f"local{rank}")).stems()) == 12
 
 
 if __name__ == "__main__":

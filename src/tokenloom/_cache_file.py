@@ -29,13 +29,14 @@ import os
 import struct
 import zlib
 from collections import OrderedDict
-from typing import Dict, List, Mapping, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy
 
 from tokenloom._atomic import atomic_open
 
-__all__ = ["Corrupt", "RawJSON", "crc32", "write_entry", "read_record", "open_arrays"]
+__all__ = ["Corrupt", "RawJSON", "crc32", "entry_bytes", "write_entry", "read_record",
+           "open_arrays"]
 
 MAGIC = b"TLIDXC03"
 _PREFIX = struct.Struct("<8sQII")
@@ -64,6 +65,18 @@ def write_entry(path: str, record: "OrderedDict[str, object]",
     """Write ``record`` (the header, completed with the arrays' metadata and the file
     size) and ``arrays`` to ``path`` atomically (not fsynced: a cache is rebuildable and
     validated on every read)."""
+    with atomic_open(path, "wb", durable=False) as handle:
+        for chunk in entry_chunks(record, arrays):
+            handle.write(chunk)
+
+
+def entry_bytes(record: "OrderedDict[str, object]", arrays: Mapping[str, numpy.ndarray]) -> bytes:
+    """The bytes :func:`write_entry` writes (a small entry queued for a pack file)."""
+    return b"".join(bytes(chunk) for chunk in entry_chunks(record, arrays))
+
+
+def entry_chunks(record: "OrderedDict[str, object]", arrays: Mapping[str, numpy.ndarray]) -> list:
+    """The pieces of an entry file, in order: prefix, header, padding, arrays."""
     contiguous = {name: numpy.ascontiguousarray(array) for name, array in arrays.items()}
     meta, end = OrderedDict(), 0
     for name, array in contiguous.items():
@@ -76,17 +89,16 @@ def write_entry(path: str, record: "OrderedDict[str, object]",
     record["data_bytes"] = end  # no padding after the last array: every byte is checked
     header = _encode(record)
     start = _aligned(_PREFIX.size + len(header))
-    with atomic_open(path, "wb", durable=False) as handle:
-        handle.write(_PREFIX.pack(MAGIC, len(header), zlib.crc32(header), 0))
-        handle.write(header)
-        handle.write(bytes(start - _PREFIX.size - len(header)))
-        written = 0
-        for name, array in contiguous.items():
-            if not array.nbytes:
-                continue
-            handle.write(bytes(meta[name]["offset"] - written))
-            handle.write(array.reshape(-1).view(numpy.uint8).data)
-            written = meta[name]["offset"] + int(array.nbytes)
+    chunks = [_PREFIX.pack(MAGIC, len(header), zlib.crc32(header), 0), header,
+              bytes(start - _PREFIX.size - len(header))]
+    written = 0
+    for name, array in contiguous.items():
+        if not array.nbytes:
+            continue
+        chunks.append(bytes(meta[name]["offset"] - written))
+        chunks.append(array.reshape(-1).view(numpy.uint8).data)
+        written = meta[name]["offset"] + int(array.nbytes)
+    return chunks
 
 
 class RawJSON(str):
@@ -106,16 +118,18 @@ def _encode(record: Mapping[str, object]) -> bytes:
     return (text[:-1] + raw + "}").encode("utf-8")
 
 
-def read_record(handle, path: str) -> Tuple[dict, int]:
-    """``(header, data start)`` of the open cache file ``handle``; Corrupt when the
-    magic, header length or header CRC is wrong or the file size disagrees."""
+def read_record(handle, path: str, size: Optional[int] = None) -> Tuple[dict, int]:
+    """``(header, data start)`` of the open cache file ``handle`` (of ``size`` bytes, by
+    default its ``fstat`` size); Corrupt when the magic, header length or header CRC is
+    wrong or the size disagrees."""
     prefix = handle.read(_PREFIX.size)
     if len(prefix) != _PREFIX.size:
         raise Corrupt(f"{path}: {len(prefix)} bytes, too short for a cache file header")
     magic, length, crc, _ = _PREFIX.unpack(prefix)
     if magic != MAGIC:
         raise Corrupt(f"{path}: not a tokenloom index cache file (magic {magic!r})")
-    size = os.fstat(handle.fileno()).st_size
+    if size is None:
+        size = os.fstat(handle.fileno()).st_size
     if length > size:
         raise Corrupt(f"{path}: header length {length} exceeds the file size {size}")
     header = handle.read(length)
@@ -150,14 +164,16 @@ def _recorded(path: str, name: str, meta: object, data_bytes: int) -> tuple:
 
 
 def open_arrays(handle, path: str, record: dict, start: int, names: List[str], mmap: bool,
-                verify: str) -> Dict[str, numpy.ndarray]:
-    """The arrays ``names`` of the open cache file (memory-mapped, or read)."""
+                verify: str, buffer: Optional[bytes] = None) -> Dict[str, numpy.ndarray]:
+    """The arrays ``names`` of the open cache file (memory-mapped, or read); with
+    ``buffer`` (the whole entry, in memory) views of it."""
     from tokenloom.format._mapping import map_readonly
 
     recorded = record.get("arrays")
     if not isinstance(recorded, dict):
         raise Corrupt(f"{path}: malformed header ('arrays' is not a mapping)")
-    data_bytes, buffer, arrays = int(record["data_bytes"]), None, {}
+    data_bytes, arrays = int(record["data_bytes"]), {}
+    mmap = mmap or buffer is not None
     for name in names:
         if name not in recorded:
             raise Corrupt(f"{path}: no array {name!r} in the file")

@@ -212,13 +212,18 @@ class StartupMemo:
                 or identity["idx"]["size"] != after.st_size \
                 or identity["idx"]["mtime_ns"] != after.st_mtime_ns:
             return  # changed while opened, or too recent to be told apart by its stat
-        facts = PrefixFacts(prefix, _stat_key(after), DType.code_from_dtype(dataset.dtype),
-                            len(dataset), dataset.document_indices.shape[0],
-                            identity["idx"]["md5_head_tail"])
+        self.record_facts(PrefixFacts(
+            prefix, _stat_key(after), DType.code_from_dtype(dataset.dtype), len(dataset),
+            dataset.document_indices.shape[0], identity["idx"]["md5_head_tail"],
+            idx_path=idx_path))
+
+    def record_facts(self, facts: PrefixFacts) -> None:
+        """Record ``facts`` (checked by the caller: read from an unchanged, not too recent
+        ``.idx``)."""
         row = facts.to_json()
         with self._lock:
-            if self._files.get(idx_path) != row:
-                self._files[idx_path] = row
+            if self._files.get(facts.idx_path) != row:
+                self._files[facts.idx_path] = row
                 self._dirty = True
 
     def record_length(self, stem: str, length: int) -> None:
@@ -278,9 +283,15 @@ def deferred_low_level(memo: StartupMemo, prefix: str, config: Any) -> Optional[
 
 
 def open_and_record(memo: StartupMemo, cls: Any, prefix: str, config: Any) -> Any:
-    """``cls.build_low_level_dataset(prefix, config)``, recording its facts in ``memo``."""
+    """``cls.build_low_level_dataset(prefix, config)``, recording its facts in ``memo``
+    (a small ``.idx`` is read in one call and the ``.bin`` left for later: see
+    :mod:`tokenloom._light_open`)."""
+    from tokenloom._light_open import open_small_prefix
     from tokenloom.cache import file_identity
 
+    light = open_small_prefix(memo, prefix, config)
+    if light is not None:
+        return light
     try:
         before = os.stat(prefix + ".idx")
     except OSError:

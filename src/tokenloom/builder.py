@@ -33,6 +33,7 @@ from typing import Any, Callable, List, Optional, Sequence, Type
 import numpy
 
 from tokenloom import _startup_memo as startup_memo
+from tokenloom._cache_pack import collect_small_entries
 from tokenloom.datasets.blended import BlendedDataset
 from tokenloom.datasets.split import Split, normalize, split_document_range
 from tokenloom.distributed import Communicator, build_on_rank0_then_load
@@ -246,6 +247,10 @@ class BlendedMegatronDatasetBuilder:
         vouches for all of them nothing is left to wait for, so no threads are started.
         """
         def construct() -> List[List[Optional[Any]]]:
+            with collect_small_entries(getattr(self.config, "path_to_cache", None)):
+                return build()  # small index caches go into one pack file
+
+        def build() -> List[List[Optional[Any]]]:
             memo = startup_memo.memo_for(self.cls, self.config, prefixes)
             lows = [None if memo is None else startup_memo.deferred_low_level(memo, p, self.config)
                     for p in prefixes]
@@ -334,8 +339,9 @@ class BlendedMegatronDatasetBuilder:
             return False
         theirs, ours = manifest["path_to_cache"], self.config.path_to_cache
         for path in manifest["files"]:
-            if theirs and ours and os.path.normpath(os.path.dirname(path)) == os.path.normpath(theirs):
-                path = os.path.join(ours, os.path.basename(path))
+            inside = theirs and os.path.relpath(path, theirs)
+            if ours and inside and not inside.startswith(os.pardir):
+                path = os.path.join(ours, inside)  # its twin in this rank's cache folder
             if not os.path.isfile(path):
                 return False
         return True

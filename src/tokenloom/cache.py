@@ -59,6 +59,7 @@ and who waits; a rank that finds no cache gets ``None``/``CacheError``, never a 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from collections import OrderedDict
@@ -66,11 +67,12 @@ from collections.abc import Mapping as _MappingABC
 from dataclasses import dataclass, field
 from enum import Enum
 from json.encoder import encode_basestring_ascii
-from typing import Dict, Iterable, Mapping, Optional
+from typing import Dict, Iterable, List, Mapping, Optional
 
 import numpy
 
-from tokenloom import _cache_file
+from tokenloom import _cache_file, _cache_pack
+from tokenloom._atomic import atomic_write_bytes
 from tokenloom.errors import CacheError
 
 __all__ = [
@@ -266,15 +268,33 @@ class IndexCache:
         return os.path.join(self.path_to_cache, f"{key.stem}-{ENTRY_SUFFIX}")
 
     def description_path(self, key: CacheKey) -> str:
-        """The commit marker of an entry: its file (written last, atomically)."""
-        return self.entry_path(key)
+        """The commit marker of an entry: its file (written last, atomically), or the
+        pack file holding it (see :mod:`tokenloom._cache_pack`)."""
+        path = self.entry_path(key)
+        if os.path.isfile(path):
+            return path
+        queued = _cache_pack.pending(self.path_to_cache, key.stem)
+        where = queued or _cache_pack.locate(self.path_to_cache, key.stem)
+        return path if where is None else where[0]
 
     def paths(self, key: CacheKey, names: Iterable[str]) -> Dict[str, str]:
         """Where each array lives: all in the entry file."""
         return {name: self.entry_path(key) for name in names}
 
+    def stems(self) -> List[str]:
+        """The stems of every entry in the directory: entry files and pack entries."""
+        try:
+            names = os.listdir(self.path_to_cache)
+        except OSError:
+            return []
+        suffix = f"-{ENTRY_SUFFIX}"
+        files = {n[: -len(suffix)] for n in names if n.endswith(suffix)}
+        return sorted(files.union(_cache_pack.stems(self.path_to_cache)))
+
     def exists(self, key: CacheKey, names: Iterable[str] = ()) -> bool:
-        return os.path.isfile(self.entry_path(key))
+        return os.path.isfile(self.entry_path(key)) \
+            or _cache_pack.pending(self.path_to_cache, key.stem) is not None \
+            or _cache_pack.locate(self.path_to_cache, key.stem) is not None
 
     def lookup(self, key: CacheKey, names: Iterable[str], *, mmap: bool = True,
                verify: str = "checksum", checks: Optional[Mapping[str, object]] = None,
@@ -284,21 +304,50 @@ class IndexCache:
             raise ValueError(f"verify={verify!r}/on_corrupt={on_corrupt!r} not supported")
         path = self.entry_path(key)
         try:
-            with open(path, "rb") as handle:
+            try:
+                handle = open(path, "rb")
+            except FileNotFoundError:
+                return self._lookup_packed(key, names, verify, checks, on_corrupt)
+            with handle:
                 record, start = _cache_file.read_record(handle, path)
                 _check_record(path, record, key)
                 if not _checks_agree(record.get("checks"), checks):
                     return None
                 return _cache_file.open_arrays(handle, path, record, start, list(names),
                                                mmap, verify)
-        except FileNotFoundError:
-            return None
         except OSError as error:
             problem: Exception = _cache_file.Corrupt(f"{path}: unreadable ({error})")
         except _cache_file.Corrupt as error:
             problem = error
         if on_corrupt == "raise":
             raise CacheError(f"{problem}; delete {path} and rebuild") from None
+        return None
+
+    def _lookup_packed(self, key: CacheKey, names: Iterable[str], verify: str,
+                       checks: Optional[Mapping[str, object]], on_corrupt: str
+                       ) -> Optional[Dict[str, numpy.ndarray]]:
+        """:meth:`lookup` of an entry held by a pack file (or queued for one)."""
+        queued = _cache_pack.pending(self.path_to_cache, key.stem)
+        where = None if queued else _cache_pack.locate(self.path_to_cache, key.stem)
+        if queued is None and where is None:
+            return None
+        pack = (queued or where)[0]
+        path = f"{pack} (entry {key.stem})"
+        try:
+            data = queued[1] if queued else _cache_pack.read_entry(where)
+            handle = io.BytesIO(data)
+            record, start = _cache_file.read_record(handle, path, size=len(data))
+            _check_record(path, record, key)
+            if not _checks_agree(record.get("checks"), checks):
+                return None
+            return _cache_file.open_arrays(handle, path, record, start, list(names), True,
+                                           verify, buffer=data)
+        except OSError as error:
+            problem: Exception = _cache_file.Corrupt(f"{path}: unreadable ({error})")
+        except _cache_file.Corrupt as error:
+            problem = error
+        if on_corrupt == "raise":
+            raise CacheError(f"{problem}; delete {pack} and rebuild") from None
         return None
 
     def load(self, key: CacheKey, names: Iterable[str], **kwargs) -> Dict[str, numpy.ndarray]:
@@ -321,7 +370,14 @@ class IndexCache:
                               ("description", _cache_file.RawJSON(key.description)),
                               ("checks", dict(checks or {}))])
         try:
-            _cache_file.write_entry(path, record, arrays)
+            if _cache_pack.active(self.path_to_cache):
+                data = _cache_file.entry_bytes(record, arrays)
+                pack = _cache_pack.queue(self.path_to_cache, key.stem, data)
+                if pack is not None:
+                    return {**{name: pack for name in arrays}, "description": pack}
+                atomic_write_bytes(path, data, durable=False)
+            else:
+                _cache_file.write_entry(path, record, arrays)
         except OSError as error:
             raise CacheError(
                 f"cannot write the index cache in {self.path_to_cache} ({error}); set "

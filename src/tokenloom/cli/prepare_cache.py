@@ -297,6 +297,8 @@ def run(args: argparse.Namespace) -> int:
     datasets = BlendedMegatronDatasetBuilder(GPTDataset, plan.sizes, lambda: True, config).build()
     for name, dataset in zip(("train", "valid", "test"), datasets):
         print(f"{name + ':':<21}{_describe(dataset)}")
-    count = len([n for n in os.listdir(config.path_to_cache) if n.endswith("-indices.cache")])
+    from tokenloom.cache import IndexCache
+
+    count = len(IndexCache(config.path_to_cache).stems())  # entry files and pack entries
     print(f"done: {count} cached index sets in {config.path_to_cache}")
     return 0

@@ -52,9 +52,11 @@ class IndexFile:
     """
 
     def __init__(self, idx_path: str, multimodal: Optional[bool], sequences_per_dataset=None,
-                 dtype_code: Optional[int] = None, check_documents: bool = True) -> None:
+                 dtype_code: Optional[int] = None, check_documents: bool = True,
+                 data: Optional[bytes] = None) -> None:
         self.path = idx_path
-        buffer, size = _map_file(idx_path)
+        # ``data``: the whole file, already read (a small ``.idx`` read in one call)
+        buffer, size = _map_file(idx_path) if data is None else (data, len(data))
         header = unpack_header(bytes(buffer[:HEADER_SIZE]), idx_path)
         _check_expected_header(header, idx_path, sequences_per_dataset, dtype_code)
         layout = detect_layout(header, size, idx_path, multimodal)
