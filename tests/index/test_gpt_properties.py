@@ -54,6 +54,61 @@ def test_sample_index_equals_reference(args):
     assert actual.shape == (_num_samples(epochs * tokens, seq, int(extra), drop_last) + 1, 2)
 
 
+@SETTINGS
+@given(args=sample_inputs())
+def test_vectorized_sample_index_equals_reference(args):
+    """The cumulative-sum path (short document indices) against the reference loop,
+    errors included."""
+    from tokenloom.index.sample import build_sample_index_vectorized
+
+    try:
+        expected = reference.build_sample_index(*args)
+    except ConfigError as error:
+        with pytest.raises(ConfigError) as raised:
+            build_sample_index_vectorized(*args)
+        assert str(raised.value) == str(error)
+        return
+    actual = build_sample_index_vectorized(*args)
+    assert actual.dtype == expected.dtype
+    numpy.testing.assert_array_equal(actual, expected)
+
+
+@SETTINGS
+@given(args=sample_inputs())
+def test_numba_sample_index_equals_reference(args):
+    """The numba kernel itself (short inputs take the vectorized path by default)."""
+    from tokenloom.index import _jit
+    from tokenloom.index._common import sample_index_plan
+    from tokenloom.index.sample import _fast_sample_index
+
+    fast = _jit.kernels("_kernels")
+    if fast is None:
+        pytest.skip("numba is not installed")
+    run = lambda: _fast_sample_index(fast, sample_index_plan(*args, check_values=False))  # noqa: E731
+    try:
+        expected = reference.build_sample_index(*args)
+    except ConfigError:
+        with pytest.raises(ConfigError):
+            run()
+        return
+    numpy.testing.assert_array_equal(run(), expected)
+
+
+def test_long_document_indices_use_the_kernel_path():
+    """Above the vectorized limit the numba (or reference) path runs: same output."""
+    from tokenloom.index.sample import VECTORIZED_MAX_DOCUMENTS, build_sample_index_vectorized
+
+    rng = numpy.random.default_rng(5)
+    sizes = rng.integers(0, 50, 3000).astype(numpy.int32)
+    documents = numpy.tile(numpy.arange(3000, dtype=numpy.int32), 2)
+    rng.shuffle(documents)
+    assert documents.size > VECTORIZED_MAX_DOCUMENTS
+    args = (sizes, documents, 64, 2, int(sizes.sum()), False, 1)
+    expected = reference.build_sample_index(*args)
+    numpy.testing.assert_array_equal(index.build_sample_index(*args), expected)
+    numpy.testing.assert_array_equal(build_sample_index_vectorized(*args), expected)
+
+
 def _num_samples(total, seq, extra, drop_last):
     if drop_last:
         return (total - extra) // seq

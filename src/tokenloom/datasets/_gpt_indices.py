@@ -98,20 +98,20 @@ def build_indices(sequence_lengths: numpy.ndarray, indices: numpy.ndarray, plan:
                   sequence_length: int, extra: int, random_seed: int
                   ) -> Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
     """``(document_index, sample_index, shuffle_index)`` as megatron-core builds them."""
-    from tokenloom.index import build_document_index, build_shuffle_index
+    from tokenloom.datasets import _rng_memo
+    from tokenloom.index import build_sample_index
 
-    random_state = _seeded_random_state(random_seed)
-    document_index = build_document_index(indices, plan.num_epochs, random_state,
-                                          plan.separate_final_epoch)
+    document_index, draws = _rng_memo.document_index(
+        indices, plan.num_epochs, plan.separate_final_epoch, random_seed, _seeded_random_state)
     lengths = numpy.asarray(sequence_lengths)
     if document_index.shape[0] * 2 > lengths.shape[0]:
         lengths = numpy.array(lengths)  # dense access: read the mmap sequentially once
-    sample_index = _sample_index_kernel(document_index.shape[0])(
+    sample_index = build_sample_index(
         lengths, document_index, sequence_length, plan.num_epochs, plan.tokens_per_epoch,
         plan.drop_last_partial_sequence, extra)
     total = sample_index.shape[0] - 1
     first = plan.num_samples_sans_final_epoch if plan.separate_final_epoch else total
-    shuffle_index = build_shuffle_index(first, total, random_state)
+    shuffle_index = _rng_memo.shuffle_index(draws, first, total, _seeded_random_state)
     return document_index, sample_index, shuffle_index
 
 
@@ -142,7 +142,6 @@ def _seeded_random_state(seed: int) -> numpy.random.RandomState:
 # its indices in the reference kernels (bit-identical, property-tested). Ski rental:
 # small inputs take the reference until it has cost about as much as loading numba.
 REFERENCE_BUDGET_S = 0.3
-_SMALL_SAMPLE_INDEX_DOCUMENTS = 4096
 _reference_spent = [0.0]
 
 
@@ -161,11 +160,3 @@ def charge_reference(function):
         finally:
             _reference_spent[0] += time.perf_counter() - start
     return timed
-
-
-def _sample_index_kernel(documents: int):
-    from tokenloom.index import build_sample_index, reference
-
-    if documents <= _SMALL_SAMPLE_INDEX_DOCUMENTS and prefer_reference(documents * 2e-6):
-        return charge_reference(reference.build_sample_index)
-    return build_sample_index

@@ -13,7 +13,7 @@ import numpy
 from tokenloom.index import _jit, _validate, reference
 from tokenloom.index._common import sample_index_plan
 
-__all__ = ["build_sample_index", "num_epochs_needed"]
+__all__ = ["build_sample_index", "build_sample_index_vectorized", "num_epochs_needed"]
 
 
 def build_sample_index(
@@ -56,11 +56,68 @@ def build_sample_index(
         drop_last_partial_sequence,
         add_extra_token_to_sequence,
     )
+    if _document_count(document_index) <= VECTORIZED_MAX_DOCUMENTS:
+        return build_sample_index_vectorized(*arguments)
     fast = _jit.kernels("_kernels")
     if fast is None:
         return reference.build_sample_index(*arguments)
     # the kernel checks document ids and lengths during its single pass
     return _fast_sample_index(fast, sample_index_plan(*arguments, check_values=False))
+
+
+VECTORIZED_MAX_DOCUMENTS = 4096
+"""Document indices up to this length are cut by :func:`build_sample_index_vectorized`
+(a few numpy calls, about 20 us, no numba to load); longer ones by the numba kernel."""
+
+
+def _document_count(document_index: Any) -> int:
+    shape = getattr(document_index, "shape", None)
+    if shape is not None and len(shape) == 1:
+        return int(shape[0])
+    return VECTORIZED_MAX_DOCUMENTS + 1  # let the checked paths report odd inputs
+
+
+def build_sample_index_vectorized(
+    sequence_lengths: Any,
+    document_index: Any,
+    sequence_length: int,
+    num_epochs: int,
+    tokens_per_epoch: int,
+    drop_last_partial_sequence: bool = True,
+    add_extra_token_to_sequence: int = 1,
+) -> numpy.ndarray:
+    """:func:`build_sample_index` by cumulative sums (same output and errors).
+
+    Sample ``k`` ends (and ``k + 1`` starts) at token ``k * sequence_length`` of the
+    concatenated documents; its row is the first document whose end reaches token
+    ``k * sequence_length + extra`` and the offset of that token in it. Only the last
+    sample of a kept partial sequence runs out of documents: it ends at the last
+    document's end minus ``extra``. O(samples + documents) memory: for short indices.
+    """
+    plan = sample_index_plan(sequence_lengths, document_index, sequence_length, num_epochs,
+                             tokens_per_epoch, drop_last_partial_sequence,
+                             add_extra_token_to_sequence)
+    lengths = plan.sizes[plan.documents].astype(numpy.int64)
+    ends = numpy.cumsum(lengths)
+    total = int(ends[-1]) if ends.size else 0
+    if total != plan.total_tokens:
+        plan.raise_token_mismatch(total)
+    count = plan.num_samples
+    reach = numpy.arange(1, count + 1, dtype=numpy.int64) * plan.sequence_length + plan.extra
+    position = numpy.searchsorted(ends, reach, side="left")
+    out = numpy.zeros((count + 1, 2), dtype=plan.dtype)
+    if count and position[-1] >= ends.size:  # runs out of documents
+        beyond = int(numpy.argmax(position >= ends.size))
+        if beyond != count - 1:
+            plan.raise_out_of_documents(beyond + 1)
+        last = ends.size - 1
+        position[-1], reach[-1] = last, ends[last]  # offset: its length - extra, below
+    offset = reach - plan.extra - (ends[position] - lengths[position])
+    if count and int(offset.min()) < 0:
+        plan.raise_negative_offset()
+    out[1:, 0] = position
+    out[1:, 1] = offset
+    return out
 
 
 def _fast_sample_index(fast, plan) -> numpy.ndarray:
