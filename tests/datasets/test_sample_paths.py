@@ -135,3 +135,68 @@ def test_reloaded_indices_rebind_the_sampler(corpus, tmp_path):
     copy = pickle.loads(pickle.dumps(ds))
     assert_same_sample(copy[5], expected)
     assert copy._maker.bound is copy._arrays
+
+
+def test_index_types_take_the_same_sample(corpus, tmp_path, monkeypatch):
+    ds = make(corpus, tmp_path, Split.train, create_attention_mask=False)
+    reference, quick = general(ds, monkeypatch), fast(ds)
+    for idx in (True, False, numpy.int64(3), numpy.uint8(3), numpy.int16(-2), numpy.intp(0)):
+        assert_same_sample(quick(idx), reference(idx))
+
+
+def test_a_document_outside_the_bin_raises_format_error_on_both_paths(corpus, tmp_path,
+                                                                      monkeypatch):
+    """A corrupt .idx pointer (past the end of the .bin) names the sequence; the samples
+    not touching it are served unchanged."""
+    from tokenloom.errors import FormatError
+
+    ds = make(corpus, tmp_path, Split.train, create_attention_mask=False)
+    expected = [general(ds, monkeypatch)(k) for k in range(len(ds))]
+    source, maker = ds._sampler()
+    bad_doc = int(ds.document_index[int(ds.sample_index[ds.shuffle_index[0], 0])])
+    source.pointers = source.pointers.copy()
+    source.pointers[bad_doc] = source.tokens.nbytes
+    paths = [fast_fetch(maker, source, ds.document_index, ds.sample_index, ds.shuffle_index,
+                        len(ds), background=False),
+             general_fetch(maker, source, ds.document_index, ds.sample_index, ds.shuffle_index,
+                           len(ds))]
+    for fetch in paths:
+        hits = 0
+        for k in range(len(ds)):
+            row = int(ds.shuffle_index[k])
+            begin, end = (int(v) for v in ds.sample_index[row : row + 2, 0])
+            if bad_doc in ds.document_index[begin : end + 1]:
+                hits += 1
+                with pytest.raises(FormatError, match=f"sequence {bad_doc} has pointer"):
+                    fetch(k)
+            else:
+                assert_same_sample(fetch(k), expected[k])
+        assert hits >= 1
+
+
+def test_compiled_entry_equals_the_dispatcher_and_falls_back(corpus, tmp_path):
+    from tokenloom.datasets._batch import compiled_entry
+    from tokenloom.datasets._sample import kernel_params, sample_arguments
+
+    ds = make(corpus, tmp_path, Split.train, create_attention_mask=False)
+    fast(ds)
+    source, maker = ds._sampler()
+    kernel = source.sample_kernel
+    params = kernel_params(maker, source)
+    arguments = sample_arguments(source, ds.document_index, ds.sample_index, ds.shuffle_index,
+                                 params, maker.seq)
+    entry = compiled_entry(kernel, arguments)
+    assert entry is not kernel  # the machine code itself, loaded by fast()
+    for k in (0, len(ds) - 1):
+        args = list(arguments)
+        args[6] = k
+        assert entry(*args) == 0
+        by_entry = [a.copy() for a in args[8:]]
+        assert kernel(*args) == 0
+        by_dispatcher = [a.copy() for a in args[8:]]
+        for a, b in zip(by_entry, by_dispatcher):
+            numpy.testing.assert_array_equal(a, b)
+    never_compiled = arguments[:7] + (params.astype(numpy.float64),) + arguments[8:]
+    assert compiled_entry(kernel, never_compiled) is kernel
+    not_a_dispatcher = object()
+    assert compiled_entry(not_a_dispatcher, arguments) is not_a_dispatcher

@@ -73,3 +73,34 @@ def test_a_fork_right_after_the_first_sample_does_not_hang(dataset):
         pytest.fail("a forked worker hung fetching a sample")
     assert child.exitcode == 0
     assert queue.get(timeout=5) == int(dataset[7]["tokens"].sum())
+
+
+def test_a_long_reader_waits_for_a_slow_load_instead_of_staying_on_the_general_path(
+        dataset, monkeypatch):
+    """The first GENERAL_SAMPLES_BEFORE_WAIT samples come at once from the general path
+    while the (here artificially slowed) load runs; the next one waits for the kernel."""
+    import threading
+    import time
+
+    from tokenloom.datasets import _sample
+
+    release = threading.Event()
+    real_load = _sample.TokenSource.load_kernels
+
+    def slow_load(self, *args):
+        release.wait(30)  # the real load, held back until the test lets it go
+        time.sleep(0.2)
+        real_load(self, *args)
+
+    monkeypatch.setattr(_sample.TokenSource, "load_kernels", slow_load)
+    monkeypatch.setattr(_sample, "GENERAL_SAMPLES_BEFORE_WAIT", 40)
+    rows = [k % len(dataset) for k in range(41)]
+    expected = reference_samples(dataset, rows, monkeypatch)
+    source, _ = dataset._sampler()
+    served = [dataset[k] for k in rows[:40]]  # never blocks: the load has not even begun
+    assert source.sample_kernel is None
+    release.set()
+    last = dataset[rows[40]]  # waits for the load (0.2 s) and is served by the kernel
+    assert source.sample_kernel is not None
+    for got, want in zip(served + [last], expected):
+        assert_same(got, want)

@@ -1,20 +1,43 @@
 """numba kernels of ``GPTDataset.get_batch`` and of ``dataset[i]``'s fast path
 (``fill_sample``); imported only when numba is installed.
 
-Per sample, a first pass checks every document's pointer and reads one token per
-cache line of the sample's parts (independent loads: the lines of a random sample
-come from DRAM in parallel, not one copy loop at a time). Then each document part is
-copied twice from the mmapped ``.bin``: into the ``tokens`` row and, shifted by one,
-into the ``labels`` row (tight, vectorised loops); then ``loss_mask`` and
-``position_ids`` are filled and the optional rules (EOD loss masking, position
-resets, pad replacement) run only when they can apply. The rules are exactly those
-of ``SampleMaker.make`` (the readable specification, checked against these kernels
-by property tests)."""
+Per sample, a first pass checks every document's pointer and prefetches each cache
+line of the sample's parts (software prefetches retire at once, so the lines of a
+random sample come from DRAM in parallel while the kernel goes on). ``fill_sample``
+then writes ``loss_mask`` and ``position_ids`` (which need no token) while those
+lines arrive; then each document part is copied twice from the mmapped ``.bin``:
+into the ``tokens`` row and, shifted by one, into the ``labels`` row (tight,
+vectorised loops). The optional rules (EOD loss masking, position resets, pad
+replacement) run only when they can apply. The rules are exactly those of
+``SampleMaker.make`` (the readable specification, checked against these kernels by
+property tests)."""
 
 from __future__ import annotations
 
 import numpy
+from llvmlite import ir
 from numba import njit
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+
+@intrinsic
+def _prefetch(typingctx, array, index):
+    """Hint the CPU to load the cache line of ``array[index]`` (no fault, no wait)."""
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        view = context.make_array(array_type)(context, builder, args[0])
+        pointer = cgutils.get_item_pointer(context, builder, array_type, view, [args[1]],
+                                           wraparound=False)
+        i32 = ir.IntType(32)
+        function_type = ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32])
+        prefetch = builder.module.declare_intrinsic("llvm.prefetch", [cgutils.voidptr_t],
+                                                    function_type)
+        # read access, highest temporal locality (into every cache level), data cache
+        builder.call(prefetch, [builder.bitcast(pointer, cgutils.voidptr_t), ir.Constant(i32, 0),
+                                ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(array, index), codegen
 
 
 @njit(cache=True, nogil=True)
@@ -52,12 +75,10 @@ def _span(lengths, document_index, sample_index, j, extra, position):
 
 
 @njit(cache=True, nogil=True)
-def _touch(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra):
-    """Check every document of sample ``j`` (``-1 - doc`` for the first bad one) and read
-    one token per cache line of its parts: the reads are independent, so the lines load
-    in parallel before the copy needs them (random samples live in DRAM). Returns the
-    non-negative sum of those tokens when all documents are good."""
-    total = numpy.int64(0)
+def _prefetch_parts(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra):
+    """Check every document of sample ``j`` (``-1 - doc`` for the first bad one, else 0)
+    and prefetch every cache line of its parts: random samples live in DRAM, and the
+    prefetches let all their lines load in parallel, before the copy needs them."""
     step = max(1, 64 // itemsize)
     for position in range(sample_index[j, 0], sample_index[j + 1, 0] + 1):
         doc, offset, count = _span(lengths, document_index, sample_index, j, extra, position)
@@ -65,18 +86,15 @@ def _touch(tokens, pointers, itemsize, lengths, document_index, sample_index, j,
             return -1 - numpy.int64(doc)
         start = numpy.int64(pointers[doc]) // itemsize + offset
         for i in range(start, min(start + count, tokens.shape[0]), step):
-            total += numpy.int64(tokens[i]) & 1
-    return total
+            _prefetch(tokens, i)
+    return numpy.int64(0)
 
 
 @njit(cache=True, nogil=True)
-def _gather(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra,
-            pad, out_tokens, out_labels):
-    """Write sample ``j``'s tokens and labels; return how many tokens came from data
-    (``-1 - doc`` when document ``doc`` lies outside the ``.bin``)."""
-    touched = _touch(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra)
-    if touched < 0:
-        return touched
+def _copy_parts(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra,
+                pad, out_tokens, out_labels):
+    """Write sample ``j``'s tokens and labels (documents already checked); return how
+    many tokens came from data."""
     seq = out_tokens.shape[0]
     p = numpy.int64(0)
     for position in range(sample_index[j, 0], sample_index[j + 1, 0] + 1):
@@ -93,6 +111,19 @@ def _gather(tokens, pointers, itemsize, lengths, document_index, sample_index, j
     if extra == 0:
         out_labels[seq - 1] = pad
     return p
+
+
+@njit(cache=True, nogil=True)
+def _gather(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra,
+            pad, out_tokens, out_labels):
+    """Write sample ``j``'s tokens and labels; return how many tokens came from data
+    (``-1 - doc`` when document ``doc`` lies outside the ``.bin``)."""
+    bad = _prefetch_parts(tokens, pointers, itemsize, lengths, document_index, sample_index, j,
+                          extra)
+    if bad < 0:
+        return bad
+    return _copy_parts(tokens, pointers, itemsize, lengths, document_index, sample_index, j,
+                       extra, pad, out_tokens, out_labels)
 
 
 @njit(cache=True, nogil=True)
@@ -121,13 +152,19 @@ def gather_text(tokens, pointers, itemsize, lengths, document_index, sample_inde
 
 
 @njit(cache=True, nogil=True)
-def _finish(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, out_labels,
-            out_loss, out_positions):
-    """Fill ``loss_mask``/``position_ids`` and apply the optional rules to one row."""
-    seq = out_tokens.shape[0]
-    out_loss[:] = 1.0
-    for p in range(seq):
+def _init_masks(out_loss, out_positions):
+    """``loss_mask`` all ones, ``position_ids`` ``0 .. seq-1`` (before any rule)."""
+    for p in range(out_loss.shape[0]):
+        out_loss[p] = 1.0
+    for p in range(out_positions.shape[0]):
         out_positions[p] = p
+
+
+@njit(cache=True, nogil=True)
+def _rules(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, out_labels,
+           out_loss, out_positions):
+    """Apply the optional rules to one row whose masks were initialised."""
+    seq = out_tokens.shape[0]
     if eod_mask_loss:
         for p in range(seq):
             if out_tokens[p] == eod:
@@ -148,21 +185,34 @@ def _finish(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, 
 
 
 @njit(cache=True, nogil=True)
-def fill_sample(tokens, pointers, lengths, document_index, sample_index, j, params,
-                out_tokens, out_labels, out_loss, out_positions):
-    """One sample (``GPTDataset.__getitem__``'s fast path): row ``j`` of the sample index
-    into the four ``out_*`` arrays. ``params`` is int64 ``[itemsize, extra, pad, eod,
-    pad_in_data, reset_position_ids, eod_mask_loss]`` (one array: fewer
-    arguments to unbox per call). Returns 0, or ``-1 - doc`` for a document outside the
-    ``.bin``."""
-    itemsize, extra, pad, eod = params[0], params[1], params[2], params[3]
-    filled = _gather(tokens, pointers, itemsize, lengths, document_index, sample_index, j,
-                     extra, pad, out_tokens, out_labels)
-    if filled < 0:
-        return filled
+def _finish(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, out_labels,
+            out_loss, out_positions):
+    """Fill ``loss_mask``/``position_ids`` and apply the optional rules to one row."""
+    _init_masks(out_loss, out_positions)
+    _rules(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, out_labels,
+           out_loss, out_positions)
+
+
+@njit(cache=True, nogil=True)
+def fill_sample(tokens, pointers, lengths, document_index, sample_index, shuffle_index, k,
+                params, out_tokens, out_labels, out_loss, out_positions):
+    """One sample (``GPTDataset.__getitem__``'s fast path): sample ``k`` (row
+    ``shuffle_index[k]`` of the sample index) into the four ``out_*`` arrays.
+    ``params`` is int64 ``[itemsize, extra, pad, eod, pad_in_data, reset_position_ids,
+    eod_mask_loss]`` (one array: fewer arguments to unbox per call). Returns 0, or
+    ``-1 - doc`` for a document outside the ``.bin``."""
+    j = numpy.int64(shuffle_index[k])
+    itemsize, extra, pad = params[0], params[1], params[2]
+    bad = _prefetch_parts(tokens, pointers, itemsize, lengths, document_index, sample_index, j,
+                          extra)
+    if bad < 0:
+        return bad
+    _init_masks(out_loss, out_positions)  # needs no token: runs while the lines arrive
+    filled = _copy_parts(tokens, pointers, itemsize, lengths, document_index, sample_index, j,
+                         extra, pad, out_tokens, out_labels)
     check_pad = params[4] != 0 or extra == 0 or filled < out_tokens.shape[0] + extra
-    _finish(eod, pad, check_pad, params[5] != 0, params[6] != 0, out_tokens, out_labels,
-            out_loss, out_positions)
+    _rules(params[3], pad, check_pad, params[5] != 0, params[6] != 0, out_tokens, out_labels,
+           out_loss, out_positions)
     return numpy.int64(0)
 
 

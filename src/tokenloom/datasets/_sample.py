@@ -25,9 +25,16 @@ from tokenloom.datasets.masks import (
     ltor_masks_and_position_ids,
 )
 
-__all__ = ["TokenSource", "SampleMaker", "fast_fetch", "general_fetch"]
+__all__ = ["TokenSource", "SampleMaker", "fast_fetch", "general_fetch", "sample_arguments"]
 
 _UNBOUND = object()
+
+GENERAL_SAMPLES_BEFORE_WAIT = 256
+"""Samples ``fast_fetch`` serves by the general path while its kernel loads in the
+background; the next one waits for the load. The general path is several times slower
+than the kernel (more while the loading thread competes for the GIL), so a reader of
+many samples is better off waiting than serving them all that way, while the first
+samples still come at once."""
 
 
 class TokenSource:
@@ -59,8 +66,8 @@ class TokenSource:
         return kernels_available()
 
     def load_kernels(self, document_index: numpy.ndarray, sample_index: numpy.ndarray,
-                     params: numpy.ndarray, seq: int) -> None:
-        """Import the kernels and call each once on sample row 0 of these indices, into
+                     shuffle_index: numpy.ndarray, params: numpy.ndarray, seq: int) -> None:
+        """Import the kernels and call each once on sample 0 of these indices, into
         buffers shaped exactly as the real calls' (this loads the machine code for these
         dtypes), then publish them to the fetchers."""
         from tokenloom.datasets._batch import kernels
@@ -68,15 +75,13 @@ class TokenSource:
         module = kernels()
         if module is None or self.tokens is None:
             return
-        if sample_index.shape[0] >= 2:
+        if sample_index.shape[0] >= 2 and shuffle_index.shape[0]:
             extra, pad = int(params[1]), int(params[2])
             module.gather_text(self.tokens, self.pointers, self.itemsize, self.lengths,
                                document_index, sample_index, 0, extra, pad,
                                numpy.empty(seq + extra, dtype=numpy.int64))
-            module.fill_sample(self.tokens, self.pointers, self.lengths, document_index,
-                               sample_index, 0, params, numpy.empty(seq, numpy.int64),
-                               numpy.empty(seq, numpy.int64), numpy.empty(seq, numpy.float32),
-                               numpy.empty(seq, numpy.int64))
+            module.fill_sample(*sample_arguments(self, document_index, sample_index,
+                                                 shuffle_index, params, seq))
         self.kernel, self.sample_kernel = module.gather_text, module.fill_sample
 
     def part(self, doc: int, offset: int, length: int) -> numpy.ndarray:
@@ -277,6 +282,16 @@ def kernel_params(maker: SampleMaker, source: TokenSource) -> numpy.ndarray:
                         config.reset_position_ids, config.eod_mask_loss], dtype=numpy.int64)
 
 
+def sample_arguments(source: TokenSource, document_index: numpy.ndarray,
+                     sample_index: numpy.ndarray, shuffle_index: numpy.ndarray,
+                     params: numpy.ndarray, seq: int) -> tuple:
+    """``fill_sample``'s arguments for sample 0, typed exactly as ``fast_fetch``'s calls."""
+    return (source.tokens, source.pointers, source.lengths, document_index, sample_index,
+            shuffle_index, 0, params, numpy.empty(seq, numpy.int64),
+            numpy.empty(seq, numpy.int64), numpy.empty(seq, numpy.float32),
+            numpy.empty(seq, numpy.int64))
+
+
 def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.ndarray,
                sample_index: numpy.ndarray, shuffle_index: numpy.ndarray,
                count: int, background: bool = True) -> Callable:
@@ -285,27 +300,28 @@ def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.nd
 
     Until the kernels are loaded (in a background thread unless ``background`` is
     False, see :mod:`tokenloom.datasets._warmup`) samples come from the general path.
+    The kernel is then called through its compiled entry point for exactly these
+    argument types (:func:`~tokenloom.datasets._batch.compiled_entry`): every array
+    passed is one of the arrays bound here or a fresh ``numpy.empty`` made the same way.
     """
     config, seq, empty, int64, float32 = maker.config, maker.seq, numpy.empty, numpy.int64, numpy.float32
     params = kernel_params(maker, source)
     tokens, pointers, lengths = source.tokens, source.pointers, source.lengths
     attention = maker.causal if config.create_attention_mask else None
-    slow = None
+    slow = general_fetch(maker, source, document_index, sample_index, shuffle_index, count)
+    arguments = (source, document_index, sample_index, shuffle_index, params, seq)
     if source.sample_kernel is None:
-        slow = general_fetch(maker, source, document_index, sample_index, shuffle_index, count)
-        load = lambda: source.load_kernels(document_index, sample_index, params, seq)  # noqa: E731
-        from tokenloom.datasets import _warmup
-
-        if background and not _warmup.synchronous():
-            _warmup.start(load)
-        else:
-            load()
-    index = operator.index
+        _load(source, arguments, background)
+    index, kernel, served = operator.index, None, 0
 
     def fetch(idx):
-        kernel = source.sample_kernel
+        nonlocal kernel, served
         if kernel is None:
-            return slow(idx)
+            if source.sample_kernel is None:
+                served += 1
+                if served <= GENERAL_SAMPLES_BEFORE_WAIT or not _wait_for_load(source):
+                    return slow(idx)
+            kernel = _entry(source.sample_kernel, arguments)
         k = 0
         if idx is not None:
             try:
@@ -318,8 +334,8 @@ def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.nd
                 sample_position(idx, count)  # raises the IndexError
         out_tokens, out_labels = empty(seq, int64), empty(seq, int64)
         loss_mask, position_ids = empty(seq, float32), empty(seq, int64)
-        bad = kernel(tokens, pointers, lengths, document_index, sample_index,
-                     shuffle_index.item(k), params, out_tokens, out_labels, loss_mask, position_ids)
+        bad = kernel(tokens, pointers, lengths, document_index, sample_index, shuffle_index, k,
+                     params, out_tokens, out_labels, loss_mask, position_ids)
         if bad:
             raise source.bad_document(-1 - bad)
         if idx is None:
@@ -330,3 +346,32 @@ def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.nd
         return {"tokens": out_tokens, "labels": out_labels, "attention_mask": attention,
                 "loss_mask": loss_mask, "position_ids": position_ids}
     return fetch
+
+
+def _load(source: TokenSource, arguments: tuple, background: bool) -> None:
+    """Load the kernels for ``fast_fetch`` (in a background thread unless asked not to)."""
+    from tokenloom.datasets import _warmup
+
+    load = lambda: source.load_kernels(*arguments[1:])  # noqa: E731
+    if background and not _warmup.synchronous():
+        _warmup.start(load)
+    else:
+        load()
+
+
+def _wait_for_load(source: TokenSource) -> bool:
+    """Join the pending background loads; whether ``source``'s kernel is loaded now."""
+    from tokenloom.datasets import _warmup
+
+    _warmup.wait()
+    return source.sample_kernel is not None
+
+
+def _entry(kernel, arguments: tuple):
+    """``kernel``'s compiled entry point for ``fast_fetch``'s argument types."""
+    from tokenloom.datasets._batch import compiled_entry
+
+    entry = compiled_entry(kernel, sample_arguments(*arguments))
+    if entry is kernel:  # the dispatcher: ``k`` as a plain int (a bool would recompile)
+        return lambda *args: kernel(*args[:6], int(args[6]), *args[7:])
+    return entry
