@@ -118,3 +118,17 @@ def test_valid_split_keys_follow_drop_last_partial_validation_sequence(corpora, 
     valid = [{d.cache_key.stem for d in splits(drop) if d.index_split.name == "valid"}
              for drop in (True, False)]
     assert not valid[0] & valid[1]
+
+
+def test_tokenizer_changed_in_place_changes_the_key(corpora, tmp_path):  # noqa: F811
+    """The config part of the description is remembered between datasets; a tokenizer
+    whose identity is edited in place must still give new keys (compared by value)."""
+    tokenizer = PlainTokenizer()
+    tokenizer.unique_identifiers = OrderedDict([("class", "PlainTokenizer"), ("merges", 1)])
+    first = [d.cache_key.stem for d in build(corpora, tmp_path / "cache", tokenizer=tokenizer).datasets]
+    tokenizer.unique_identifiers["merges"] = 2
+    warm = build(corpora, tmp_path / "cache", tokenizer=tokenizer)
+    assert not set(d.cache_key.stem for d in warm.datasets) & set(first)
+    for dataset in warm.datasets:
+        full = CacheKey("GPTDataset", "train", dataset.cache_identifiers)
+        assert dataset.cache_key.description == full.description

@@ -14,6 +14,7 @@ corrupt cache is rebuilt or reported, never used; ``get_batch`` fills preallocat
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from collections import OrderedDict
@@ -37,6 +38,42 @@ logger = logging.getLogger(__name__)
 INDEX_NAMES = ("document_index", "sample_index", "shuffle_index")
 _UNIQUE_KEYS = ("class", "dataset_path", "num_samples", "index_split", "random_seed",
                 "sequence_length", "split", "split_matrix", "tokenizer")
+
+
+_MIDDLES: Dict[tuple, tuple] = {}
+
+
+def _typed(value: Any) -> Any:
+    """A hashable stand-in for ``value`` that also tells 4096 from 4096.0 and True."""
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple(_typed(v) for v in value))
+    return (type(value), value)
+
+
+def _middle_description(ids: Mapping[str, Any], config: GPTDatasetConfig, drop_last: bool) -> str:
+    """The config part of a GPT cache description (the same for every prefix of a blend),
+    remembered by the exact values it is made of; the tokenizer identity is compared by
+    value (a copy is kept), so a changed tokenizer is never described by an old text."""
+    tokenizer = tokenizer_identity(config.tokenizer)
+    extra = bool(config.add_extra_token_to_sequence)
+    try:
+        key = _typed((ids["random_seed"], ids["sequence_length"], ids["split"],
+                      ids["split_matrix"], extra, drop_last))
+        known = _MIDDLES.get(key)
+        if known is not None and type(known[0]) is type(tokenizer) and known[0] == tokenizer:
+            return known[1]
+    except (TypeError, ValueError):  # unhashable or incomparable values: no memo
+        key = None
+    text = describe({
+        "random_seed": ids["random_seed"], "sequence_length": ids["sequence_length"],
+        "split": ids["split"], "split_matrix": ids["split_matrix"], "tokenizer": tokenizer,
+        "add_extra_token_to_sequence": extra, "drop_last_partial_sequence": drop_last})
+    if key is not None and len(_MIDDLES) < 256:
+        try:
+            _MIDDLES[key] = (copy.deepcopy(tokenizer), text)
+        except Exception:  # noqa: BLE001 - an identity that cannot be copied: no memo
+            pass
+    return text
 
 
 class GPTDataset(MegatronDataset):
@@ -145,13 +182,7 @@ class GPTDataset(MegatronDataset):
         if type(self) is not GPTDataset or tuple(ids) != _UNIQUE_KEYS \
                 or not isinstance(self.dataset, DeferredIndexedDataset):
             return CacheKey(name, split, self.cache_identifiers)
-        config = self.config
-        middle = describe({
-            "random_seed": ids["random_seed"], "sequence_length": ids["sequence_length"],
-            "split": ids["split"], "split_matrix": ids["split_matrix"],
-            "tokenizer": tokenizer_identity(config.tokenizer),
-            "add_extra_token_to_sequence": bool(config.add_extra_token_to_sequence),
-            "drop_last_partial_sequence": self._drop_last_partial_sequence()})
+        middle = _middle_description(ids, self.config, self._drop_last_partial_sequence())
         data = self.dataset.file_identity_json()  # == describe(self._data_identity())
         text = (f'{{"class":{json_scalar(ids["class"])},"dataset_path":'
                 f'{json_scalar(ids["dataset_path"])},"num_samples":'
