@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+from json.encoder import encode_basestring_ascii
 import struct
 import zlib
 from collections import OrderedDict
@@ -78,26 +79,32 @@ def entry_bytes(record: "OrderedDict[str, object]", arrays: Mapping[str, numpy.n
 def entry_chunks(record: "OrderedDict[str, object]", arrays: Mapping[str, numpy.ndarray]) -> list:
     """The pieces of an entry file, in order: prefix, header, padding, arrays."""
     contiguous = {name: numpy.ascontiguousarray(array) for name, array in arrays.items()}
-    meta, end = OrderedDict(), 0
+    meta, offsets, end = [], [], 0
     for name, array in contiguous.items():
-        meta[name] = OrderedDict([("dtype", array.dtype.str), ("shape", list(array.shape)),
-                                  ("nbytes", int(array.nbytes)), ("crc32", crc32(array)),
-                                  ("offset", _aligned(end) if array.nbytes else 0)])
-        end = max(end, meta[name]["offset"] + int(array.nbytes))
+        nbytes = int(array.nbytes)
+        offset = _aligned(end) if nbytes else 0
+        # the JSON of {"dtype", "shape", "nbytes", "crc32", "offset"}, written directly
+        # (json.dumps of these small mappings was most of storing a small entry)
+        shape = ",".join(str(int(n)) for n in array.shape)
+        meta.append(f'{encode_basestring_ascii(name)}:{{"dtype":'
+                    f'{encode_basestring_ascii(array.dtype.str)},"shape":[{shape}],'
+                    f'"nbytes":{nbytes},"crc32":{crc32(array)},"offset":{offset}}}')
+        offsets.append(offset)
+        end = max(end, offset + nbytes)
     record = OrderedDict(record)
-    record["arrays"] = meta
+    record["arrays"] = RawJSON("{" + ",".join(meta) + "}")
     record["data_bytes"] = end  # no padding after the last array: every byte is checked
     header = _encode(record)
     start = _aligned(_PREFIX.size + len(header))
     chunks = [_PREFIX.pack(MAGIC, len(header), zlib.crc32(header), 0), header,
               bytes(start - _PREFIX.size - len(header))]
     written = 0
-    for name, array in contiguous.items():
+    for offset, array in zip(offsets, contiguous.values()):
         if not array.nbytes:
             continue
-        chunks.append(bytes(meta[name]["offset"] - written))
+        chunks.append(bytes(offset - written))
         chunks.append(array.reshape(-1).view(numpy.uint8).data)
-        written = meta[name]["offset"] + int(array.nbytes)
+        written = offset + int(array.nbytes)
     return chunks
 
 
