@@ -43,22 +43,15 @@ _UNIQUE_KEYS = ("class", "dataset_path", "num_samples", "index_split", "random_s
 _MIDDLES: Dict[tuple, tuple] = {}
 
 
-def _typed(value: Any) -> Any:
-    """A hashable stand-in for ``value`` that also tells 4096 from 4096.0 and True."""
-    if isinstance(value, (list, tuple)):
-        return (type(value), tuple(_typed(v) for v in value))
-    return (type(value), value)
-
-
 def _middle_description(ids: Mapping[str, Any], config: GPTDatasetConfig, drop_last: bool) -> str:
     """The config part of a GPT cache description (the same for every prefix of a blend),
     remembered by the exact values it is made of; the tokenizer identity is compared by
     value (a copy is kept), so a changed tokenizer is never described by an old text."""
     tokenizer = tokenizer_identity(config.tokenizer)
     extra = bool(config.add_extra_token_to_sequence)
-    try:
-        key = _typed((ids["random_seed"], ids["sequence_length"], ids["split"],
-                      ids["split_matrix"], extra, drop_last))
+    try:  # repr tells 4096 from 4096.0, True and numpy.int64(4096): a type change misses
+        key = (repr((ids["random_seed"], ids["sequence_length"], ids["split"],
+                     ids["split_matrix"])), extra, drop_last)
         known = _MIDDLES.get(key)
         if known is not None and type(known[0]) is type(tokenizer) and known[0] == tokenizer:
             return known[1]
