@@ -280,6 +280,8 @@ class BlendedMegatronDatasetBuilder:
     def _in_threads(self, jobs: List[tuple]) -> List[Any]:
         """``[job[0](*job[1:]) for job in jobs]`` in ``num_dataset_builder_threads`` threads."""
         workers = max(1, min(int(self.config.num_dataset_builder_threads), len(jobs)))
+        if workers == 1:  # no thread to hand each job to and wait for
+            return [job[0](*job[1:]) for job in jobs]
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(*job) for job in jobs]
             try:
