@@ -1,6 +1,6 @@
 """How close does ``tokenloom preprocess`` run to the raw speed of the tokenizer?
 
-    .venv/bin/python benchmarks/bench_preprocess.py [--max-mb 3] [--repeats 3]
+    .venv/bin/python benchmarks/bench_preprocess.py [--max-mb 3] [--repeats 6]
 
 Self-contained and offline.  The text is the running Python's standard library
 (module sources and their docstrings, as in ``tokenloom demo``), written as two JSONL
@@ -8,16 +8,24 @@ files.  On it the script trains a byte-level BPE (Hugging Face ``tokenizers``),
 converts it to a ``.tiktoken`` file, trains a SentencePiece model, and then measures,
 for each tokenizer (and the built-in byte tokenizer):
 
-* raw: the library's own batch encoder on all texts, already in memory
-  (``encode_batch_fast`` + ids / ``encode_ordinary`` per text / ``encode(list)``),
-  one thread (``TOKENIZERS_PARALLELISM=false``);
+* raw: the library's own batch encoder on all texts, already in memory, in batches of
+  1 MiB of text as the pipeline's (``encode_batch_fast`` + ids / ``encode_ordinary``
+  per text / ``encode(list)``), one thread (``TOKENIZERS_PARALLELISM=false``);
 * ``preprocess(workers=1)`` and ``preprocess(workers=2)`` from the JSONL files to
   ``.bin``/``.idx`` (reading, JSON parsing and writing included).
 
-Every measurement loads a fresh tokenizer (BPE caches start cold in each) and the best
-of ``--repeats`` runs is kept, since the machine may be shared.  Worker processes fork
-from a server process that is started on the first multi-worker run, so later runs
-measure the steady state (a one-off start-up of ~0.5 s is not counted by best-of).
+Every measurement runs in a fresh Python process with a fresh tokenizer (BPE caches
+start cold on both sides; no heap left fragmented by training or by earlier runs; the
+texts of the raw side are read before timing).  The fork server that ``workers=2``
+forks its workers from is started before timing too: it is a one-off per process
+(~0.3 s), so it would otherwise weigh on this small corpus as it does not on a real one.
+
+The machine may be shared, so measurements are done in ``--repeats`` rounds, each
+measuring every side once, back to back, raw first in even rounds and last in odd
+ones (ABBA), so that a change of load between rounds hits both sides alike.  Rates
+are the best of the rounds; ratios are the median over rounds of the ratio of the two
+sides measured in the same round (the ratio of the best rates, which can pair runs
+from different load, is shown in brackets).
 
 Two tables are printed: wall-clock rates and ratios (pipeline / raw, workers=2 /
 workers=1), and CPU-time efficiencies (raw tokens per CPU second / pipeline tokens per
@@ -34,10 +42,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List
+from typing import Any, Dict, List, Union
 
 os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per tokenizer, see above
 
@@ -49,11 +59,8 @@ def build_corpus(workdir: str, max_mb: float):
     from tokenloom.preprocess.stdlib_corpus import write_stdlib_corpora
 
     files = write_stdlib_corpora(os.path.join(workdir, "corpus"), max_bytes=int(max_mb * 1e6))
-    texts: List[str] = []
-    for path in (files.code_path, files.docs_path):
-        with open(path, encoding="utf-8") as handle:
-            texts.extend(json.loads(line)["text"] for line in handle)
-    return [files.code_path, files.docs_path], texts
+    paths = [files.code_path, files.docs_path]
+    return paths, read_texts(paths)
 
 
 def build_tokenizers(workdir: str, texts: List[str], vocab_size: int) -> Dict[str, str]:
@@ -106,12 +113,39 @@ def raw_encode(tokenizer, texts: List[str]) -> int:
     return sum(map(len, ids))
 
 
-def _timed_raw(spec: str, texts: List[str]):
+def read_texts(paths: List[str]) -> List[str]:
+    """The documents of the JSONL files, in order."""
+    texts: List[str] = []
+    for path in paths:
+        with open(path, encoding="utf-8") as handle:
+            texts.extend(json.loads(line)["text"] for line in handle)
+    return texts
+
+
+def batches(texts: List[str], nbytes: int) -> List[List[str]]:
+    """Consecutive texts in groups of about ``nbytes`` of UTF-8 (the pipeline's chunk size)."""
+    groups: List[List[str]] = [[]]
+    size = 0
+    for text in texts:
+        if size >= nbytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(text)
+        size += len(text.encode("utf-8"))
+    return groups
+
+
+def _timed_raw(spec: str, paths: List[str]):
+    """Raw encoding of the texts, already in memory, in batches of the pipeline's chunk
+    size: the same library calls as the pipeline's (one batch of everything is a little
+    slower: the library's output for all texts at once needs more fresh memory)."""
+    from tokenloom.preprocess.inputs import DEFAULT_CHUNK_BYTES
     from tokenloom.tokenizers import load_tokenizer
 
+    groups = batches(read_texts(paths), DEFAULT_CHUNK_BYTES)  # not timed
     tokenizer = load_tokenizer(spec)
     wall, cpu = time.perf_counter(), time.process_time()
-    tokens = raw_encode(tokenizer, texts)
+    tokens = sum(raw_encode(tokenizer, texts) for texts in groups)
     return tokens, time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -120,6 +154,12 @@ def _timed_pipeline(spec: str, paths: List[str], out: str, workers: int):
     from tokenloom.preprocess import preprocess
     from tokenloom.tokenizers import load_tokenizer
 
+    if workers > 1:  # the fork server is a one-off per process, started before timing
+        from tokenloom.preprocess.pipeline import worker_context
+
+        ready = worker_context().Process(target=os.getpid)  # returns once the server forks
+        ready.start()
+        ready.join()
     tokenizer = load_tokenizer(spec)
     cpu = time.process_time()
     summary = preprocess(paths, out, tokenizer, json_keys=["text"], workers=workers,
@@ -128,72 +168,118 @@ def _timed_pipeline(spec: str, paths: List[str], out: str, workers: int):
     return summary.tokens, summary.seconds, cpu
 
 
-def measure(spec: str, paths: List[str], texts: List[str], workdir: str, workers: List[int],
-            repeats: int) -> Dict[str, float]:
-    """Best-of-``repeats`` tokens/s (wall) and tokens per CPU second of each side."""
-    best: Dict[str, float] = {}
+def run_child(argv: List[str]) -> None:
+    """``--child SIDE SPEC OUT PATH...``: one measurement, printed as a JSON line."""
+    side, spec, out, paths = argv[0], argv[1], argv[2], argv[3:]
+    if side == "raw":
+        tokens, wall, cpu = _timed_raw(spec, paths)
+    else:
+        tokens, wall, cpu = _timed_pipeline(spec, paths, out, int(side))
+    print(json.dumps({"tokens": tokens, "wall": wall, "cpu": cpu}))
 
-    def keep(side: str, tokens: int, wall: float, cpu: float) -> None:
-        best[side] = max(best.get(side, 0.0), tokens / wall)
-        best[f"{side} cpu"] = max(best.get(f"{side} cpu", 0.0), tokens / max(cpu, 1e-9))
 
-    for _ in range(repeats):  # interleaved, so that load changes hit every side alike
-        raw_tokens, wall, cpu = _timed_raw(spec, texts)
-        keep("raw", raw_tokens, wall, cpu)
-        for count in workers:
-            tokens, wall, cpu = _timed_pipeline(spec, paths, os.path.join(workdir, "out"), count)
-            if tokens != raw_tokens:
+def measure_side(side: Union[str, int], spec: str, paths: List[str], out: str):
+    """Run one measurement in a fresh Python process: (tokens, wall s, CPU s).
+
+    A fresh process for every run puts both sides on the same footing: no heap left
+    fragmented by training or by earlier runs, no caches warmed by them, and a fresh
+    tokenizer (BPE caches start cold) on each side.
+    """
+    command = [sys.executable, os.path.abspath(__file__), "--child", str(side), spec, out, *paths]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{spec} ({side}): measurement failed:\n{done.stderr}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["tokens"], result["wall"], result["cpu"]
+
+
+def _sides(workers: List[int], round_number: int) -> List[Union[str, int]]:
+    """Raw first in even rounds, last in odd ones (ABBA), so that a load drift hits both."""
+    sides: List[Union[str, int]] = ["raw", *workers]
+    return sides if round_number % 2 == 0 else sides[::-1]
+
+
+def measure(spec: str, paths: List[str], workdir: str, workers: List[int],
+            repeats: int) -> Dict[str, Any]:
+    """Per round, every side once: tokens/s (wall) and tokens per CPU second of each."""
+    rounds: List[Dict[str, float]] = []
+    raw_tokens = None
+    for number in range(repeats):
+        rates: Dict[str, float] = {}
+        for side in _sides(workers, number):
+            tokens, wall, cpu = measure_side(side, spec, paths, os.path.join(workdir, "out"))
+            name = "raw" if side == "raw" else f"workers={side}"
+            if side == "raw":
+                raw_tokens = tokens
+            rates[name], rates[f"{name} cpu"] = tokens / wall, tokens / max(cpu, 1e-9)
+            if name != "raw" and raw_tokens is not None and tokens != raw_tokens:
                 raise RuntimeError(f"{spec}: preprocess wrote {tokens} tokens, the raw encoder "
                                    f"gave {raw_tokens}")
-            keep(f"workers={count}", tokens, wall, cpu)
+        rounds.append(rates)
+    best: Dict[str, Any] = {key: max(rates[key] for rates in rounds) for key in rounds[0]}
     best["tokens"] = float(raw_tokens)
+    best["rounds"] = rounds
     return best
 
 
-def derive(row: Dict[str, float], workers: List[int], cores: int) -> Dict[str, float]:
-    """Ratios: wall (as measured) and CPU-time based (robust to a shared machine)."""
-    out = {}
-    first = workers[0]
+def _paired(rounds: List[Dict[str, float]], top: str, bottom: str) -> float:
+    """Median over rounds of top / bottom measured in the same round (back to back)."""
+    return statistics.median(rates[top] / rates[bottom] for rates in rounds)
+
+
+def derive(row: Dict[str, Any], workers: List[int], cores: int) -> Dict[str, float]:
+    """Ratios of rates measured in the same round (median over rounds), and of best rates.
+
+    The headline ratios (``w1/raw``, ``w2/w1``) pair runs done back to back, so a change of
+    load on a shared machine between rounds cancels out; ``... best`` divides the best
+    rates, which mixes rounds (and so swings with the load), shown for reference.
+    """
+    out, rounds, first = {}, row["rounds"], f"workers={workers[0]}"
     for count in workers:
         side = f"workers={count}"
-        out[f"w{count}/raw"] = row[side] / row["raw"]
-        out[f"w{count} cpu efficiency"] = row[f"{side} cpu"] / row["raw cpu"]
-        if count != first:
-            out[f"w{count}/w{first}"] = row[side] / row[f"workers={first}"]
-            cpu_ratio = row[f"{side} cpu"] / row[f"workers={first} cpu"]
-            out[f"w{count}/w{first} cpu-predicted"] = (
-                min(count, cores) / min(first, cores) * cpu_ratio)
+        out[f"w{count}/raw"] = _paired(rounds, side, "raw")
+        out[f"w{count}/raw best"] = row[side] / row["raw"]
+        out[f"w{count} cpu efficiency"] = _paired(rounds, f"{side} cpu", "raw cpu")
+        if side != first:
+            out[f"w{count}/w{workers[0]}"] = _paired(rounds, side, first)
+            out[f"w{count}/w{workers[0]} best"] = row[side] / row[first]
+            cpu_ratio = _paired(rounds, f"{side} cpu", f"{first} cpu")
+            out[f"w{count}/w{workers[0]} cpu-predicted"] = (
+                min(count, cores) / min(workers[0], cores) * cpu_ratio)
     return out
 
 
-def report(results: Dict[str, Dict[str, float]], workers: List[int]) -> None:
-    """Two tables: measured wall-clock rates, then CPU-time efficiencies."""
-    names = list(results)
-    print(f"\nwall clock (best of runs)\n{'tokenizer':<14}{'tokens':>11}{'raw tok/s':>14}"
-          + "".join(f"{f'w={c} tok/s':>13}{f'w={c}/raw':>9}" for c in workers)
-          + "".join(f"{f'w={c}/w={workers[0]}':>9}" for c in workers[1:]))
+def report(results: Dict[str, Dict[str, Any]], workers: List[int]) -> None:
+    """Two tables: measured wall-clock rates and ratios, then CPU-time efficiencies."""
+    names, first = list(results), workers[0]
+    print(f"\nwall clock: best tok/s; ratios = median of same-round pairs (ratio of bests)\n"
+          f"{'tokenizer':<14}{'tokens':>11}{'raw tok/s':>14}"
+          + "".join(f"{f'w={c} tok/s':>13}{f'w={c}/raw':>15}" for c in workers)
+          + "".join(f"{f'w={c}/w={first}':>15}" for c in workers[1:]))
     for name in names:
         row, ratios = results[name], results[name]["ratios"]
         print(f"{name:<14}{row['tokens']:>11,.0f}{row['raw']:>14,.0f}"
-              + "".join(f"{row[f'workers={c}']:>13,.0f}{ratios[f'w{c}/raw']:>9.2f}"
-                        for c in workers)
-              + "".join(f"{ratios[f'w{c}/w{workers[0]}']:>9.2f}" for c in workers[1:]))
-    print(f"\nCPU time (raw tokens per CPU-s / pipeline tokens per CPU-s, all processes)\n"
-          f"{'tokenizer':<14}{'raw tok/cpu-s':>14}"
+              + "".join(f"{row[f'workers={c}']:>13,.0f}{ratios[f'w{c}/raw']:>8.2f} "
+                        f"({ratios[f'w{c}/raw best']:.2f})" for c in workers)
+              + "".join(f"{ratios[f'w{c}/w{first}']:>8.2f} ({ratios[f'w{c}/w{first} best']:.2f})"
+                        for c in workers[1:]))
+    print(f"\nCPU time (raw tokens per CPU-s / pipeline tokens per CPU-s, all processes; "
+          f"median of same-round pairs)\n{'tokenizer':<14}{'raw tok/cpu-s':>14}"
           + "".join(f"{f'w={c} eff':>10}" for c in workers)
-          + "".join(f"{f'w={c}/w={workers[0]} pred':>16}" for c in workers[1:]))
+          + "".join(f"{f'w={c}/w={first} pred':>16}" for c in workers[1:]))
     for name in names:
         row, ratios = results[name], results[name]["ratios"]
         print(f"{name:<14}{row['raw cpu']:>14,.0f}"
               + "".join(f"{ratios[f'w{c} cpu efficiency']:>10.2f}" for c in workers)
-              + "".join(f"{ratios[f'w{c}/w{workers[0]} cpu-predicted']:>16.2f}"
+              + "".join(f"{ratios[f'w{c}/w{first} cpu-predicted']:>16.2f}"
                         for c in workers[1:]))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-mb", type=float, default=3.0, help="source text to use (MB)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per measurement (best kept)")
+    parser.add_argument("--repeats", type=int, default=6,
+                        help="rounds; each measures every side once (raw first, then last)")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--workers", default="1,2", help="worker counts to measure")
     parser.add_argument("--tokenizers", default="hf-bpe,tiktoken,sentencepiece,bytes")
@@ -209,11 +295,11 @@ def main(argv=None) -> dict:
         specs = build_tokenizers(workdir, texts, args.vocab_size)
         megabytes = sum(len(text.encode("utf-8")) for text in texts) / 1e6
         print(f"corpus: {len(texts):,} documents, {megabytes:.1f} MB of stdlib text; "
-              f"{os.cpu_count()} cores; best of {args.repeats}")
+              f"{os.cpu_count()} cores; {args.repeats} rounds")
         load_before = os.getloadavg()[0]
         results = {}
         for name in args.tokenizers.split(","):
-            results[name] = measure(specs[name], paths, texts, workdir, workers, args.repeats)
+            results[name] = measure(specs[name], paths, workdir, workers, args.repeats)
             results[name]["ratios"] = derive(results[name], workers, os.cpu_count() or 1)
     report(results, workers)
     out = {"bench": "preprocess", "documents": len(texts), "megabytes": round(megabytes, 2),
@@ -227,5 +313,8 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--child"]:
+        run_child(sys.argv[2:])
+    else:
+        main()
     sys.exit(0)

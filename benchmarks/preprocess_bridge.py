@@ -27,7 +27,7 @@ def run(ctx: Dict[str, Any]) -> List[Dict[str, Any]]:
     if not (HERE / "bench_preprocess.py").exists():
         return [{"target": "5 preprocessing", "case": "-",
                  "tokenloom_error": "benchmarks/bench_preprocess.py not there yet"}]
-    argv = ["--max-mb", "1", "--repeats", "1"] if ctx["quick"] else ["--repeats", "2"]
+    argv = ["--max-mb", "1", "--repeats", "2"] if ctx["quick"] else ["--repeats", "6"]
     rep = run_side("preprocess_bridge:tokenloom_preprocess", {"argv": argv}, timeout=3600)
     if rep.get("error"):
         return [{"target": "5 preprocessing", "case": "-", "tokenloom_error": rep["error"]}]
@@ -35,24 +35,29 @@ def run(ctx: Dict[str, Any]) -> List[Dict[str, Any]]:
     rows = []
     for name, res in out["results"].items():
         raw, one, two = res.get("raw"), res.get("workers=1"), res.get("workers=2")
+        # ratios of runs done back to back in the same round (median over rounds)
+        ratios = res.get("ratios", {})
+        one_raw = ratios.get("w1/raw", one / raw if raw and one else None)
+        two_one = ratios.get("w2/w1", two / one if one and two else None)
         base = {"target": "5 preprocessing", "tokenloom_peak_rss_mib": rep.get("peak_rss_mib"),
                 "tokens": res.get("tokens"), "megabytes": out.get("megabytes")}
         if raw and one:
             rows.append(dict(base, case=f"{name}: 1 worker vs raw batch encode",
                              megatron_display=f"raw {raw / 1e6:.2f} Mtok/s",
                              tokenloom_display=f"{one / 1e6:.2f} Mtok/s",
-                             ratio_display=f"{one / raw:.2f}x raw",
-                             goal=">=0.85x raw", met=one / raw >= 0.85,
-                             ratio=one / raw))
+                             ratio_display=f"{one_raw:.2f}x raw",
+                             goal=">=0.85x raw", met=one_raw >= 0.85,
+                             ratio=one_raw))
         if one and two:
             rows.append(dict(base, case=f"{name}: 2 workers vs 1 worker",
                              megatron_display=f"1 worker {one / 1e6:.2f} Mtok/s",
                              tokenloom_display=f"{two / 1e6:.2f} Mtok/s",
-                             ratio_display=f"{two / one:.2f}x",
-                             goal=">=1.6x (0.8 x 2 cores)", met=two / one >= 1.6,
-                             ratio=two / one))
+                             ratio_display=f"{two_one:.2f}x",
+                             goal=">=1.6x (0.8 x 2 cores)", met=two_one >= 1.6,
+                             ratio=two_one))
     if rows:
         rows[0]["notes"] = [f"{out.get('documents', 0):,} documents, "
                             f"{out.get('megabytes', 0)} MB of stdlib text, "
-                            f"best of {out.get('repeats')}"]
+                            f"{out.get('repeats')} rounds; ratios: median of runs done "
+                            "back to back, each in a fresh process"]
     return rows

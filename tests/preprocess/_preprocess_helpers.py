@@ -29,3 +29,12 @@ def write_jsonl(path: Path, records, compression: str = "none") -> Path:
     data = "".join(line + "\n" for line in lines).encode("utf-8")
     path.write_bytes(compress(data, compression))
     return path
+
+
+class PlainTokenizer:
+    """Only the tokenizer protocol (encode_batch to lists, no flat or deferred forms): bytes."""
+
+    vocab_size, eod, pad, unique_identifiers = 257, 256, None, {"class": "PlainTokenizer"}
+
+    def encode_batch(self, texts):
+        return [list(text.encode("utf-8")) for text in texts]

@@ -204,3 +204,54 @@ def test_output_is_readable_by_megatron_layout(tmp_path, corpus_records):
     for ext in (".bin", ".idx"):
         assert filecmp.cmp(tmp_path / f"p_text_document{ext}", tmp_path / f"ref{ext}",
                            shallow=False)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_first_error_in_input_order_is_reported(tmp_path, workers):
+    # line 2 is empty (an error under on_empty=fail, found after encoding, which with one
+    # worker happens in the writer thread); line 3, the next chunk, is malformed JSON, which
+    # the reader thread finds first
+    records = [{"text": "a"}, {"text": ""}, '{"text": "cut']
+    path = write_jsonl(tmp_path / "in.jsonl", records)
+    for _ in range(5):
+        with pytest.raises(PreprocessError, match=r"in.jsonl:2: the document under key 'text' "
+                                                  r"is empty"):
+            preprocess(str(path), str(tmp_path / "o"), "bytes", workers=workers, chunk_bytes=4,
+                       policy=Policy(on_empty="fail"))
+    assert sorted(os.listdir(tmp_path)) == ["in.jsonl"]
+
+
+@pytest.mark.parametrize("spec", KINDS, indirect=True)
+def test_chunking_does_not_change_the_output(tmp_path, spec, corpus_records):
+    """Batches of a few lines or of the whole file: the same bytes (encoding is per document)."""
+    path = write_jsonl(tmp_path / "in.jsonl", corpus_records)
+    for name, chunk_bytes in (("small", 500), ("whole", 1 << 26)):
+        preprocess(str(path), str(tmp_path / name), spec, append_eod=True, chunk_bytes=chunk_bytes)
+    for ext in (".bin", ".idx"):
+        assert filecmp.cmp(tmp_path / f"small_text_document{ext}",
+                           tmp_path / f"whole_text_document{ext}", shallow=False)
+
+
+def test_chunks_are_balanced_over_workers():
+    from tokenloom.preprocess.pipeline import balanced_chunk_bytes
+
+    mib = 1 << 20
+    assert balanced_chunk_bytes(4 * mib, mib, 2) == mib // 4  # 16 chunks, 8 per worker
+    assert balanced_chunk_bytes(1 << 40, mib, 8) == mib  # big inputs: the chunk size asked for
+    assert balanced_chunk_bytes(100, mib, 2) == 64 << 10  # tiny inputs: not below 64 KiB
+    assert balanced_chunk_bytes(4 * mib, 3000, 2) == 3000  # a smaller size asked for is kept
+
+
+def test_a_plain_protocol_tokenizer_works_too(tmp_path, corpus_records):
+    """An object with only the protocol's encode_batch (no flat/deferred forms) is enough."""
+    from tests.preprocess._preprocess_helpers import PlainTokenizer
+
+    path = write_jsonl(tmp_path / "in.jsonl", corpus_records[:30])
+    for workers in (1, 2):
+        preprocess(str(path), str(tmp_path / f"p{workers}"), PlainTokenizer(), append_eod=True,
+                   workers=workers, chunk_bytes=2000)
+    preprocess(str(path), str(tmp_path / "b"), "bytes", append_eod=True)
+    for name in ("p1", "p2"):
+        for ext in (".bin", ".idx"):
+            assert filecmp.cmp(tmp_path / f"{name}_text_document{ext}",
+                               tmp_path / f"b_text_document{ext}", shallow=False)

@@ -67,3 +67,25 @@ def test_every_kind_follows_the_protocol(hf_path, tiktoken_path, sentencepiece_p
         assert described["tokenizer"]["eod"] == tokenizer.eod
         assert json.loads(tokenizer.unique_description) == described["tokenizer"]
         assert repr(tokenizer).startswith(type(tokenizer).__name__ + "(")
+
+
+@pytest.mark.parametrize("kind", ["bytes", "hf", "tiktoken", "sentencepiece"])
+def test_deferred_encoding_equals_the_library_ids(kind, hf_path, tiktoken_path,
+                                                  sentencepiece_path, real_texts):
+    """encode_batch_deferred (the pipeline's split form) gives the library's own ids."""
+    import numpy
+
+    spec = {"bytes": "bytes", "hf": f"hf:{hf_path}", "tiktoken": f"tiktoken:{tiktoken_path}",
+            "sentencepiece": f"sentencepiece:{sentencepiece_path}"}[kind]
+    tokenizer = load_tokenizer(spec)
+    texts = real_texts[:20] + [""]
+    finish = tokenizer.encode_batch_deferred(texts)
+    flat, lengths = finish()
+    expected = {"bytes": lambda t: list(t.encode("utf-8")),
+                "hf": lambda t: tokenizer.backend.encode(t, add_special_tokens=False).ids,
+                "tiktoken": lambda t: tokenizer.backend.encode_ordinary(t),
+                "sentencepiece": lambda t: tokenizer.backend.encode(t, out_type=int)}[kind]
+    assert flat.dtype == numpy.int32 and lengths.tolist() == [len(expected(t)) for t in texts]
+    assert flat.tolist() == [i for t in texts for i in expected(t)]
+    empty_flat, empty_lengths = tokenizer.encode_batch_deferred([])()
+    assert empty_flat.size == 0 and empty_lengths.size == 0

@@ -64,7 +64,8 @@ def register(subparsers) -> None:
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="tokenizing processes (default 1: in-process threads)")
     parser.add_argument("--chunk-mb", type=float, default=1.0, metavar="MB",
-                        help="input MiB per tokenizer batch (default 1)")
+                        help="input MiB per tokenizer batch at most (default 1; inputs of a "
+                             "few MB are cut finer, so that the stages overlap)")
     _add_policies(parser)
     parser.add_argument("--progress", dest="show_progress", action="store_true", default=None,
                         help="always show the progress bar (default: only on a terminal)")

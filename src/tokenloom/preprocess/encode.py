@@ -3,6 +3,12 @@
 This is the work a preprocess worker does (in-process with ``--workers 1``, in a worker
 process otherwise).  Tokens are converted to the output dtype here, after checking
 that every id lies inside the tokenizer's vocabulary, so that writing is a memcpy.
+
+The work has two halves: :func:`start_encoding` is the tokenizer's own batch call,
+which runs in native code with the GIL released; :func:`finish_encoding` turns its
+output (Python id lists) into arrays, which needs the GIL.  With one worker the
+pipeline runs the second half in the writer thread, so the tokenizing thread does
+nothing but the tokenizer's batch call, as the tokenizer would on its own.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import numpy
 
@@ -45,14 +51,19 @@ def _check_ids(flat: numpy.ndarray, tokenizer, where: str) -> None:
                              "vocab_size is wrong")
 
 
-def _encode_texts(tokenizer, texts) -> tuple:
+def _encode_texts(tokenizer, texts) -> Callable[[], tuple]:
+    """Run the tokenizer on ``texts`` now; the result converts to (flat, lengths) when called."""
+    deferred = getattr(tokenizer, "encode_batch_deferred", None)
+    if deferred is not None:
+        return deferred(texts)
     encode_flat = getattr(tokenizer, "encode_batch_flat", None)
     if encode_flat is not None:
-        return encode_flat(texts)
+        result = encode_flat(texts)
+        return lambda: result
     arrays = [numpy.asarray(ids).reshape(-1) for ids in tokenizer.encode_batch(texts)]
     lengths = numpy.fromiter(map(len, arrays), dtype=numpy.int64, count=len(arrays))
     flat = numpy.concatenate(arrays) if arrays else numpy.zeros(0, dtype=numpy.int64)
-    return flat, lengths
+    return lambda: (flat, lengths)
 
 
 def _apply_empty_policy(lengths: numpy.ndarray, lines, key: str, parsed: ParsedChunk,
@@ -69,17 +80,37 @@ def _apply_empty_policy(lengths: numpy.ndarray, lines, key: str, parsed: ParsedC
     return lengths[~empty]
 
 
-def encode_parsed(parsed: ParsedChunk, tokenizer, dtype, policy: Policy) -> EncodedChunk:
-    """Batch-encode every key's texts of ``parsed``; empty documents follow ``policy``."""
+@dataclass
+class PendingChunk:
+    """A parsed chunk whose texts the tokenizer has encoded; ``finish`` converts its output."""
+
+    parsed: ParsedChunk
+    finishers: Dict[str, Callable[[], tuple]]
+
+
+def start_encoding(parsed: ParsedChunk, tokenizer) -> PendingChunk:
+    """The tokenizer's batch call for every key of ``parsed`` (the expensive, GIL-free part)."""
+    return PendingChunk(parsed, {key: _encode_texts(tokenizer, texts)
+                                 for key, texts in parsed.texts.items()})
+
+
+def finish_encoding(pending: PendingChunk, tokenizer, dtype, policy: Policy) -> EncodedChunk:
+    """Convert the tokenizer's output to flat arrays in ``dtype``; empty documents follow ``policy``."""
+    parsed = pending.parsed
     out = EncodedChunk({}, {}, line_count=parsed.line_count, blank_lines=parsed.blank_lines,
                        nbytes=parsed.nbytes, disk_bytes=parsed.disk_bytes)
-    for key, texts in parsed.texts.items():
-        flat, lengths = _encode_texts(tokenizer, texts)
+    for key, finish in pending.finishers.items():
+        flat, lengths = finish()
         _check_ids(flat, tokenizer, f"{parsed.path} (key {key!r})")
         out.lengths[key] = _apply_empty_policy(lengths, parsed.lines[key], key, parsed, policy)
         out.tokens[key] = flat.astype(dtype, copy=False)
     out.skipped = parsed.skipped
     return out
+
+
+def encode_parsed(parsed: ParsedChunk, tokenizer, dtype, policy: Policy) -> EncodedChunk:
+    """Batch-encode every key's texts of ``parsed``; empty documents follow ``policy``."""
+    return finish_encoding(start_encoding(parsed, tokenizer), tokenizer, dtype, policy)
 
 
 # -- worker-process side --------------------------------------------------------------
@@ -104,4 +135,5 @@ def process_chunk(chunk: RawChunk) -> EncodedChunk:
     return encoded
 
 
-__all__ = ["EncodedChunk", "encode_parsed", "init_worker", "process_chunk"]
+__all__ = ["EncodedChunk", "PendingChunk", "start_encoding", "finish_encoding", "encode_parsed",
+           "init_worker", "process_chunk"]

@@ -1,8 +1,11 @@
 """The preprocess pipeline: read -> parse -> batch-encode -> write, stages overlapped.
 
 ``workers=1``: a reader thread reads and parses chunks of whole lines, the calling
-thread batch-encodes them (Hugging Face and tiktoken release the GIL while they
-encode), and a writer thread appends them to the outputs.
+thread runs the tokenizer's batch call on them (Hugging Face, tiktoken and
+SentencePiece release the GIL while they encode), and a writer thread converts the
+tokenizer's output to arrays and appends them to the outputs.  So the tokenizing
+thread does only what the tokenizer does on its own, and the Python-side work
+(parsing, id-list conversion, writing) overlaps with it on another core.
 
 ``workers=N``: a reader thread cuts raw chunks, N worker processes (spawned, each
 running its tokenizer on one thread) parse and encode them, and the writer thread
@@ -27,7 +30,8 @@ from tokenloom._progress import progress
 from tokenloom.errors import PreprocessError, TokenizerError
 from tokenloom.format import IndexedDatasetBuilder, get_bin_path, get_idx_path, optimal_dtype
 from tokenloom.preprocess._threads import BackgroundIterator, BackgroundSink
-from tokenloom.preprocess.encode import EncodedChunk, encode_parsed, init_worker, process_chunk
+from tokenloom.preprocess.encode import (EncodedChunk, PendingChunk, finish_encoding, init_worker,
+                                         process_chunk, start_encoding)
 from tokenloom.preprocess.inputs import (DEFAULT_CHUNK_BYTES, expand_inputs, iter_chunks,
                                          total_disk_bytes)
 from tokenloom.preprocess.records import Policy, parse_chunk
@@ -36,6 +40,8 @@ from tokenloom.tokenizers import load_tokenizer
 from tokenloom.tokenizers.base import split_flat
 
 _QUEUE_DEPTH = 4
+_CHUNKS_PER_WORKER = 8  # on inputs of a few MB
+_MIN_CHUNK_BYTES = 64 << 10
 
 
 def output_prefix_for(output_prefix: str, key: str, level: str = "document") -> str:
@@ -78,14 +84,28 @@ class _Writer:
             builder.abort()
 
 
-def _run_in_process(paths, keys, tokenizer, dtype, policy, chunk_bytes, sink) -> None:
+def _run_in_process(paths, keys, tokenizer, policy, chunk_bytes, sink) -> None:
+    """Reader thread parses, this thread encodes, the sink's thread converts and writes."""
     parsed_chunks = (parse_chunk(chunk, keys, policy) for chunk in iter_chunks(paths, chunk_bytes))
     reader = BackgroundIterator(parsed_chunks, maxsize=_QUEUE_DEPTH)
     try:
         for parsed in reader:
-            sink.put(encode_parsed(parsed, tokenizer, dtype, policy))
+            sink.put(start_encoding(parsed, tokenizer))
+    except Exception:
+        sink.close()  # an error the writer met in an earlier chunk is reported first
+        raise
     finally:
         reader.close()
+
+
+def _consumer(writer: "_Writer", workers: int, tokenizer, dtype, policy):
+    """What the writer thread does with each item: encoded chunks, or (one worker) pending ones."""
+    if workers > 1:
+        return writer.write
+
+    def finish_and_write(pending: PendingChunk) -> None:
+        writer.write(finish_encoding(pending, tokenizer, dtype, policy))
+    return finish_and_write
 
 
 def worker_context():
@@ -96,6 +116,18 @@ def worker_context():
         context.set_forkserver_preload(["tokenloom.preprocess.encode"])
         return context
     return multiprocessing.get_context("spawn")
+
+
+def balanced_chunk_bytes(total_bytes: int, chunk_bytes: int, workers: int) -> int:
+    """Chunk size: at most ``chunk_bytes``, but small enough that each worker gets about
+    ``_CHUNKS_PER_WORKER`` chunks of a small input; never below ``_MIN_CHUNK_BYTES``.
+
+    With one chunk per worker nothing overlaps: with one worker, the tokenizer would wait
+    for the whole input to be parsed and the writer for the tokenizer; with several, one
+    worker may still be busy long after the others ran out of work.
+    """
+    share = int(total_bytes) // (_CHUNKS_PER_WORKER * max(int(workers), 1))
+    return max(min(int(chunk_bytes), share), min(int(chunk_bytes), _MIN_CHUNK_BYTES))
 
 
 def _run_workers(paths, keys, tokenizer, dtype, policy, chunk_bytes, sink, workers) -> None:
@@ -154,7 +186,8 @@ def preprocess(inputs: Union[str, Sequence[str]], output_prefix: str, tokenizer,
             ``multiprocessing``'s forkserver/spawn, so call this under
             ``if __name__ == "__main__":`` in a script).
         policy: what to do with bad lines (see :class:`Policy`); defaults apply if None.
-        chunk_bytes: input bytes per batch handed to the tokenizer.
+        chunk_bytes: input bytes per batch handed to the tokenizer (less on small inputs, so
+            that reading, encoding and writing overlap and workers share the work evenly).
         show_progress: progress bar on stderr (None: only when stderr is a terminal).
     """
     keys, policy = _check_keys(json_keys), policy or Policy()
@@ -162,6 +195,7 @@ def preprocess(inputs: Union[str, Sequence[str]], output_prefix: str, tokenizer,
     if workers < 1:
         raise PreprocessError(f"--workers {workers}: use 1 or more")
     paths = expand_inputs(inputs)
+    chunk_bytes = balanced_chunk_bytes(total_disk_bytes(paths), chunk_bytes, workers)
     tokenizer = _resolve_tokenizer(tokenizer, append_eod)
     started = time.perf_counter()  # throughput counts the pipeline, not the tokenizer's loading
     dtype = optimal_dtype(int(tokenizer.vocab_size))
@@ -171,10 +205,11 @@ def preprocess(inputs: Union[str, Sequence[str]], output_prefix: str, tokenizer,
     with progress(total=total_disk_bytes(paths), unit="B", unit_scale=True, desc="preprocess",
                   enabled=show_progress) as bar:
         writer = _Writer(prefixes, dtype, tokenizer.eod if append_eod else None, summary, bar)
-        sink = BackgroundSink(writer.write, maxsize=_QUEUE_DEPTH)
+        sink = BackgroundSink(_consumer(writer, workers, tokenizer, dtype, policy),
+                              maxsize=_QUEUE_DEPTH)
         try:
             if workers == 1:
-                _run_in_process(paths, keys, tokenizer, dtype, policy, chunk_bytes, sink)
+                _run_in_process(paths, keys, tokenizer, policy, chunk_bytes, sink)
             else:
                 _run_workers(paths, keys, tokenizer, dtype, policy, chunk_bytes, sink, workers)
             sink.close()

@@ -8,8 +8,11 @@ object can be passed as ``tokenizer`` to :class:`tokenloom.datasets.GPTDatasetCo
 
 :class:`BaseTokenizer` implements the protocol on top of one hook,
 ``_encode_lists(texts) -> list of lists of ids``, which each backend maps onto its
-library's batch fast path.  It adds :meth:`BaseTokenizer.encode_batch_flat`, the
-form the preprocessing pipeline uses (one flat array plus per-document lengths),
+library's batch fast path (or on ``_encode_native``/``_flat_from_native`` where the
+library's own output converts faster).  It adds :meth:`BaseTokenizer.encode_batch_flat`
+(one flat array plus per-document lengths) and
+:meth:`BaseTokenizer.encode_batch_deferred`, the form the preprocessing pipeline uses
+(the library call now, the conversion to arrays later, in another thread),
 megatron-style aliases (``tokenize``, ``detokenize``, ``eos``,
 ``unique_description``) and pickling that reloads the tokenizer from its file, so
 tokenizers travel to worker processes and data-loader workers.
@@ -17,11 +20,13 @@ tokenizers travel to worker processes and data-loader workers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import (Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple,
+                    runtime_checkable)
 
 import numpy
 
@@ -29,6 +34,7 @@ from tokenloom.errors import TokenizerError
 
 # ids are produced as int32: every vocabulary in use fits, and it halves memory vs int64
 ID_DTYPE = numpy.int32
+FlatIds = Tuple[numpy.ndarray, numpy.ndarray]  # (flat ids, per-text lengths)
 
 
 @runtime_checkable
@@ -98,9 +104,25 @@ class BaseTokenizer:
     def _encode_lists(self, texts: Sequence[str]) -> List[List[int]]:
         raise NotImplementedError
 
-    def encode_batch_flat(self, texts: Sequence[str]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    def _encode_native(self, texts: List[str]) -> Any:
+        """The library's batch call; its output goes to :meth:`_flat_from_native`."""
+        return self._encode_lists(texts)
+
+    def _flat_from_native(self, native: Any) -> Tuple[numpy.ndarray, numpy.ndarray]:
+        return lists_to_flat(native)
+
+    def encode_batch_deferred(self, texts: Sequence[str]) -> Callable[[], FlatIds]:
+        """Encode ``texts`` now; return a function that builds the (flat, lengths) arrays.
+
+        The encoding runs in the library (with the GIL released); the returned function
+        does the Python-side conversion of its output (id lists to one array), so that a
+        pipeline can run it in another thread while the next batch encodes.
+        """
+        return functools.partial(self._flat_from_native, self._encode_native(list(texts)))
+
+    def encode_batch_flat(self, texts: Sequence[str]) -> FlatIds:
         """Encode ``texts`` through the library's batch path: (flat int32 ids, int64 lengths)."""
-        return lists_to_flat(self._encode_lists(list(texts)))
+        return self.encode_batch_deferred(texts)()
 
     def encode_batch(self, texts: Sequence[str]) -> List[numpy.ndarray]:
         """Encode each text to a 1-D int32 array (no special tokens added)."""

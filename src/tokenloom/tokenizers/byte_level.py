@@ -28,11 +28,13 @@ class ByteTokenizer(BaseTokenizer):
     def _encode_lists(self, texts: Sequence[str]) -> List[List[int]]:
         return [list(text.encode("utf-8")) for text in texts]
 
-    def encode_batch_flat(self, texts: Sequence[str]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    def _encode_native(self, texts: List[str]) -> List[bytes]:
+        return [text.encode("utf-8") for text in texts]
+
+    def _flat_from_native(self, native: List[bytes]) -> Tuple[numpy.ndarray, numpy.ndarray]:
         """All texts' UTF-8 bytes as one int32 array, and the byte length of each text."""
-        encoded = [text.encode("utf-8") for text in texts]
-        lengths = numpy.fromiter(map(len, encoded), dtype=numpy.int64, count=len(encoded))
-        flat = numpy.frombuffer(b"".join(encoded), dtype=numpy.uint8).astype(ID_DTYPE)
+        lengths = numpy.fromiter(map(len, native), dtype=numpy.int64, count=len(native))
+        flat = numpy.frombuffer(b"".join(native), dtype=numpy.uint8).astype(ID_DTYPE)
         return flat, lengths
 
     def decode(self, ids) -> str:

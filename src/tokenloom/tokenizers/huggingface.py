@@ -16,7 +16,7 @@ import os
 from typing import Any, List, Optional, Sequence, Union
 
 from tokenloom.errors import TokenizerError
-from tokenloom.tokenizers.base import BaseTokenizer, file_sha256
+from tokenloom.tokenizers.base import BaseTokenizer, file_sha256, lists_to_flat
 
 EOD_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "<|im_end|>")
 PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>", "<|finetune_right_pad_id|>")
@@ -111,12 +111,17 @@ class HFTokenizer(BaseTokenizer):
                 return int(value)
         return None
 
-    def _encode_lists(self, texts: Sequence[str]) -> List[List[int]]:
+    def _encode_native(self, texts: List[str]) -> list:
         try:
-            encodings = self._batch(texts, add_special_tokens=False)
+            return self._batch(texts, add_special_tokens=False)
         except TypeError as error:
             raise TokenizerError(f"{self.path}: every document must be a str: {error}") from error
-        return [encoding.ids for encoding in encodings]
+
+    def _flat_from_native(self, native: list):
+        return lists_to_flat([encoding.ids for encoding in native])
+
+    def _encode_lists(self, texts: Sequence[str]) -> List[List[int]]:
+        return [encoding.ids for encoding in self._encode_native(list(texts))]
 
     def decode(self, ids) -> str:
         """Text of ``ids``, special tokens included (so an appended eod shows up)."""

@@ -180,17 +180,19 @@ class TiktokenTokenizer(BaseTokenizer):
                                  f"special tokens {sorted(specials)}")
         return self._encoding.encode_single_token(eod)
 
-    def encode_batch_flat(self, texts: Sequence[str]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    def _encode_native(self, texts: List[str]) -> list:
         """One thread: ``encode_to_numpy`` per text (ordinary encoding, no Python int lists)."""
         encode = getattr(self._encoding, "encode_to_numpy", None)
         if self.num_threads != 1 or encode is None:
-            return super().encode_batch_flat(texts)
+            return super()._encode_native(texts)
         # no allowed and no disallowed special tokens: exactly encode_ordinary's result
-        arrays = [encode(text, disallowed_special=()) for text in texts]
-        lengths = numpy.fromiter(map(len, arrays), dtype=numpy.int64, count=len(arrays))
-        if not arrays:
-            return numpy.zeros(0, dtype=ID_DTYPE), lengths
-        return numpy.concatenate(arrays).view(ID_DTYPE), lengths  # ids < 2**31: same bits
+        return [encode(text, disallowed_special=()) for text in texts]
+
+    def _flat_from_native(self, native: list) -> Tuple[numpy.ndarray, numpy.ndarray]:
+        if not native or not isinstance(native[0], numpy.ndarray):
+            return super()._flat_from_native(native)
+        lengths = numpy.fromiter(map(len, native), dtype=numpy.int64, count=len(native))
+        return numpy.concatenate(native).view(ID_DTYPE), lengths  # ids < 2**31: same bits
 
     def _encode_lists(self, texts: Sequence[str]) -> List[List[int]]:
         if self.num_threads == 1:  # the batch call's thread pool would only add hand-offs
