@@ -76,13 +76,16 @@ def tokenloom_index(params, probe):
 
 
 def _warm_up(kernels) -> None:
-    """Load (or compile) numba kernels on a tiny input so the timing sees steady state."""
+    """Load (or compile) numba kernels on a small input so the timing sees steady state
+    (a few thousand documents: tokenloom cuts shorter document indices with numpy and
+    would not load its sample-index kernel)."""
     doc_fn, sample_fn, shuffle_fn = kernels
     rs = numpy.random.RandomState(0)
-    lengths = numpy.full(8, 5, dtype=numpy.int32)
+    count = 5000
+    lengths = numpy.full(count, 5, dtype=numpy.int32)
     for epochs, separate in ((1, False), (3, True)):
-        doc = doc_fn(numpy.arange(8, dtype=numpy.int32), epochs, rs, separate)
-        sample = sample_fn(lengths, doc, 4, epochs, 40, True, 1)
+        doc = doc_fn(numpy.arange(count, dtype=numpy.int32), epochs, rs, separate)
+        sample = sample_fn(lengths, doc, 4, epochs, 5 * count, True, 1)
         total = sample.shape[0] - 1
         shuffle_fn(total // 2 if separate else total, total, rs)
 

@@ -12,7 +12,7 @@ from tokenloom.builder import BlendedMegatronDatasetBuilder, get_size_per_split_
 from tokenloom.cli.main import main as cli_main
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, MockGPTDataset, SimpleTokenizer
 from tokenloom.datasets.blended import BlendedDataset
-from tokenloom.errors import ConfigError
+from tokenloom.errors import ConfigError, FormatError
 
 
 @pytest.fixture(scope="module")
@@ -148,3 +148,33 @@ def test_surplus_arithmetic_matches_megatron():
         [250, 25, 10], [150, 15, 6], [100, 10, 4]]
     with pytest.raises(ConfigError, match="normalised"):
         get_size_per_split_per_dataset([1, 1], [10, 0, 0])
+
+
+def test_build_pauses_the_cyclic_collector_and_restores_it(corpora, tmp_path):
+    """The collector is off while the datasets are built and back on afterwards (also
+    after a failed build); left off when the caller had turned it off."""
+    import gc
+
+    seen = []
+    original = GPTDataset.__init__
+
+    def spy(self, *args, **kwargs):
+        seen.append(gc.isenabled())
+        original(self, *args, **kwargs)
+
+    GPTDataset.__init__ = spy
+    try:
+        build(tmp_path, [10, 0, 0], blend=(corpora[:2], [1.0, 1.0]), split="100,0,0")
+        assert seen and not any(seen) and gc.isenabled()
+        with pytest.raises(FormatError):
+            build(tmp_path, [10, 0, 0], blend=([str(tmp_path / "missing")], None),
+                  split="100,0,0")
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            build(tmp_path, [10, 0, 0], blend=(corpora[:2], [1.0, 1.0]), split="100,0,0")
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    finally:
+        GPTDataset.__init__ = original

@@ -24,6 +24,8 @@ is False get None.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import math
 import os
@@ -134,7 +136,8 @@ class BlendedMegatronDatasetBuilder:
 
         Must be called on every rank when torch.distributed is initialised.
         """
-        datasets = self._build_blended_dataset_splits()
+        with _cyclic_gc_paused():
+            datasets = self._build_blended_dataset_splits()
         for dataset in datasets:
             for item in (dataset if isinstance(dataset, list) else [dataset]):
                 self._verify(item)
@@ -347,3 +350,23 @@ class BlendedMegatronDatasetBuilder:
             if not os.path.isfile(path):
                 return False
         return True
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused():
+    """Pause Python's cyclic garbage collector while the datasets are built.
+
+    A build over thousands of prefixes creates objects that all stay alive, so the
+    collector finds nothing, but each of its full passes walks every object of the
+    process (a training process holds torch's hundreds of thousands): that made start-up
+    superlinear in the number of prefixes (a third of a warm start over 3,000 prefixes).
+    Reference counting still frees everything as usual; the collector's previous state
+    is restored afterwards, also when the build fails.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
