@@ -42,7 +42,7 @@ def _fetch_side(side: str, params: Dict[str, Any], probe) -> Dict[str, Any]:
         for i in indices:  # each sample is dropped at once: no pile-up in the RSS
             ds[i]
 
-    timing = best_of(fetch_all, repeats=3, budget_s=params["budget_s"])
+    timing = best_of(fetch_all, repeats=7, budget_s=params["budget_s"])
     saved = {}
     for j, i in enumerate(indices[:N_SAVED]):
         for key, value in sample_to_numpy(ds[i]).items():
