@@ -130,8 +130,8 @@ def run(ctx: Dict[str, Any]) -> List[Dict[str, Any]]:
     rows = []
     for label, epochs in (("1 epoch", 1.0), ("2.5 epochs, separate final epoch", 2.5)):
         plan = epoch_plan(lengths, 4096, epochs)
-        params = dict(lengths=lengths_path, seed=1234, sequence_length=4096, repeats=3,
-                      budget_s=3.0, num_epochs=plan["num_epochs"],
+        params = dict(lengths=lengths_path, seed=1234, sequence_length=4096, repeats=7,
+                      budget_s=6.0, num_epochs=plan["num_epochs"],
                       tokens_per_epoch=plan["tokens_per_epoch"],
                       separate_final_epoch=plan["separate_final_epoch"])
         # the shuffle's first range: every sample, or those before the separate final epoch
