@@ -19,7 +19,6 @@ None and the caller opens the prefix in full, which reports problems as usual.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat as stat_module
 import time
@@ -29,15 +28,6 @@ __all__ = ["SMALL_IDX_BYTES", "open_small_prefix"]
 
 SMALL_IDX_BYTES = 1 << 20
 """``.idx`` files up to this size are read whole (larger ones are memory-mapped)."""
-
-
-def sampled_md5(data: bytes) -> str:
-    """:func:`tokenloom.cache.file_identity`'s ``md5_head_tail`` of a file holding ``data``."""
-    from tokenloom.cache import _IDENTITY_SAMPLE_BYTES as sample
-
-    digest = hashlib.md5(data[:sample], usedforsecurity=False)
-    digest.update(data[len(data) - sample:] if len(data) > 2 * sample else data[sample:])
-    return digest.hexdigest()
 
 
 def _read_small(idx_path: str):
@@ -66,6 +56,7 @@ def _stat_key(stat: os.stat_result) -> list:
 def open_small_prefix(memo: Any, prefix: str, config: Any) -> Optional[Any]:
     """A deferred dataset for ``prefix`` with its ``.idx`` loaded, recorded in ``memo``;
     None when the prefix must be opened in full (see the module docstring)."""
+    from tokenloom._file_identity import sampled_md5
     from tokenloom._startup_memo import RACY_WINDOW_NS, PrefixFacts
     from tokenloom.datasets._deferred import DeferredIndexedDataset
     from tokenloom.format import DType

@@ -72,6 +72,7 @@ from typing import Dict, Iterable, List, Mapping, Optional
 import numpy
 
 from tokenloom import _cache_file, _cache_pack
+from tokenloom._file_identity import file_identity
 from tokenloom._atomic import atomic_write_bytes
 from tokenloom.errors import CacheError
 
@@ -90,10 +91,6 @@ __all__ = [
 
 CACHE_FORMAT = "tokenloom-index-cache/3"
 ENTRY_SUFFIX = "indices.cache"
-_IDENTITY_SAMPLE_BYTES = 1 << 18
-# (path, inode, size, mtime_ns, ctime_ns) -> digest, per process; ctime because an in-place
-# rewrite can restore the mtime (os.utime) but not the ctime
-_SAMPLED_MD5: Dict[tuple, str] = {}
 
 
 def _jsonable(obj: object) -> object:
@@ -145,39 +142,6 @@ def json_scalar(value: object) -> str:
 def description_hash(text: str) -> str:
     """MD5 hex digest of a description text."""
     return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
-
-
-def _sampled_md5(path: str, stat: os.stat_result) -> str:
-    memo = (path, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-    if memo not in _SAMPLED_MD5:
-        _SAMPLED_MD5[memo] = _read_sampled_md5(path, stat.st_size)
-    return _SAMPLED_MD5[memo]
-
-
-def _read_sampled_md5(path: str, size: int) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as handle:
-        digest.update(handle.read(_IDENTITY_SAMPLE_BYTES))
-        if size > 2 * _IDENTITY_SAMPLE_BYTES:
-            handle.seek(size - _IDENTITY_SAMPLE_BYTES)
-        digest.update(handle.read())
-    return digest.hexdigest()
-
-
-def file_identity(path_prefix: str) -> "OrderedDict[str, object]":
-    """Sizes, mtimes and a sampled MD5 of ``<prefix>.idx`` and ``<prefix>.bin``."""
-    identity: "OrderedDict[str, object]" = OrderedDict()
-    for suffix in ("idx", "bin"):
-        path = f"{path_prefix}.{suffix}"
-        try:
-            stat = os.stat(path)
-            entry = OrderedDict([("size", stat.st_size), ("mtime_ns", stat.st_mtime_ns)])
-            if suffix == "idx":
-                entry["md5_head_tail"] = _sampled_md5(os.path.abspath(path), stat)
-        except OSError as error:
-            raise CacheError(f"{path}: cannot identify the dataset file ({error})") from None
-        identity[suffix] = entry
-    return identity
 
 
 def array_digest(array: numpy.ndarray) -> str:
