@@ -7,6 +7,13 @@ directory ``path_to_cache``, one file per entry (see :mod:`tokenloom._cache_file
                                             from, plus dtype/shape/size/CRC32 of each
                                             array) followed by the arrays, 64-byte aligned
 
+    packs/<id>-pack.cache                   many small entries, byte for byte, behind a
+                                            CRC-checked table (see :mod:`tokenloom._cache_pack`)
+
+Entries stored while :func:`tokenloom._cache_pack.collect_small_entries` is active for
+the directory (the builder, around a blend's datasets) go into one pack file; lookups
+fall back to the packs when an entry file is missing. ``.stems()`` lists both kinds.
+
 ``<hash>`` is the MD5 of the description JSON. The description must contain EVERY
 input that shapes the arrays (config fields, sizes, the identity of the data files
 from :func:`file_identity`, ...), so a cache is reused only when nothing changed.
