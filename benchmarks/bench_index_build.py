@@ -77,11 +77,11 @@ def tokenloom_index(params, probe):
 
 def _warm_up(kernels) -> None:
     """Load (or compile) numba kernels on a small input so the timing sees steady state
-    (a few thousand documents: tokenloom cuts shorter document indices with numpy and
-    would not load its sample-index kernel)."""
+    (10,000 documents: tokenloom cuts shorter document indices with numpy and shuffles
+    shorter arrays with numpy's own shuffle, and would not load its kernels)."""
     doc_fn, sample_fn, shuffle_fn = kernels
     rs = numpy.random.RandomState(0)
-    count = 5000
+    count = 10000  # above tokenloom.index.shuffle.FAST_SHUFFLE_MIN_SIZE too
     lengths = numpy.full(count, 5, dtype=numpy.int32)
     for epochs, separate in ((1, False), (3, True)):
         doc = doc_fn(numpy.arange(count, dtype=numpy.int32), epochs, rs, separate)

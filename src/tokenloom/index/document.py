@@ -2,7 +2,8 @@
 
 Same output as megatron-core 0.16.1's ``gpt_dataset._build_document_index`` for the
 same ``numpy.random.RandomState`` (and it leaves the generator in the same state), but
-built without the ``numpy.mgrid`` temporaries: peak memory is the int32 result itself.
+built without the ``numpy.mgrid`` temporaries (peak memory is the int32 result itself)
+and shuffled by :func:`tokenloom.index.shuffle.legacy_shuffle` (numba when large).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 import numpy
 
 from tokenloom.index._common import document_index_inputs
+from tokenloom.index.shuffle import legacy_shuffle
 
 __all__ = ["build_document_index"]
 
@@ -40,8 +42,8 @@ def build_document_index(
     index = numpy.empty(num_epochs * count, dtype=numpy.int32)
     index.reshape(num_epochs, count)[:] = documents  # broadcast: no int64 temporaries
     if separate_final_epoch and num_epochs > 1:
-        numpy_random_state.shuffle(index[: (num_epochs - 1) * count])
-        numpy_random_state.shuffle(index[(num_epochs - 1) * count :])
+        legacy_shuffle(numpy_random_state, index[: (num_epochs - 1) * count])
+        legacy_shuffle(numpy_random_state, index[(num_epochs - 1) * count :])
     else:
-        numpy_random_state.shuffle(index)
+        legacy_shuffle(numpy_random_state, index)
     return index
