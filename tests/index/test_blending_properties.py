@@ -56,6 +56,16 @@ def test_public_blend_equals_reference(weights, size):
 
 
 @SETTINGS
+@given(weights=blend_weights(max_datasets=200), size=st.integers(0, 1500))
+def test_numpy_blend_equals_reference(weights, size):
+    """The buffered numpy scan (small blends before numba is loaded) is the reference's."""
+    from tokenloom.index.blending import build_blending_indices_numpy
+
+    _assert_same(build_blending_indices_numpy(weights, size),
+                 reference.build_blending_indices(weights, size))
+
+
+@SETTINGS
 @given(
     sizes=st.lists(st.integers(1, 60), min_size=1, max_size=80).map(numpy.array),
     tuning=TUNING,

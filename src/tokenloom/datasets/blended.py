@@ -174,11 +174,12 @@ class BlendedDataset(MegatronDescription):
         from tokenloom.datasets._gpt_indices import charge_reference, prefer_reference
         from tokenloom.index import build_blending_indices, build_exhaustive_blending_indices
         from tokenloom.index import reference
+        from tokenloom.index.blending import build_blending_indices_numpy
 
         logger.info("Build the %s %s indices", type(self).__name__, self.split.name)
         size = self.size if self.size is not None else sum(self.weights)
         if prefer_reference(size * (3e-6 + 4e-9 * len(self.datasets))):  # numba not worth loading
-            blend = charge_reference(reference.build_blending_indices)
+            blend = charge_reference(build_blending_indices_numpy)
             exhaustive = charge_reference(reference.build_exhaustive_blending_indices)
         else:
             blend, exhaustive = build_blending_indices, build_exhaustive_blending_indices

@@ -69,6 +69,20 @@ def _middle_description(ids: Mapping[str, Any], config: GPTDatasetConfig, drop_l
     return text
 
 
+class _Where:
+    """``str()`` gives ``dataset._where()``, built only when an error message needs it."""
+
+    __slots__ = ("dataset",)
+
+    def __init__(self, dataset: "GPTDataset") -> None:
+        self.dataset = dataset
+
+    def __str__(self) -> str:
+        return self.dataset._where()
+
+    __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
+
+
 class GPTDataset(MegatronDataset):
     """The GPT dataset (megatron-core's ``GPTDataset`` arguments, in order).
 
@@ -255,7 +269,7 @@ class GPTDataset(MegatronDataset):
         return where
 
     def _plan(self) -> _gpt_indices.EpochPlan:
-        where = self._where()
+        where = _Where(self)  # the text is only needed for an error
         return _gpt_indices.plan_epochs(
             self.dataset.sequence_lengths, self.indices, self.num_samples,
             self.config.sequence_length, int(self.config.add_extra_token_to_sequence),

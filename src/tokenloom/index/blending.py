@@ -13,7 +13,8 @@ import numpy
 
 from tokenloom.index import _jit, _validate, reference
 
-__all__ = ["build_blending_indices", "build_exhaustive_blending_indices"]
+__all__ = ["build_blending_indices", "build_blending_indices_numpy",
+           "build_exhaustive_blending_indices"]
 
 
 def build_blending_indices(weights: Any, size: int) -> Tuple[numpy.ndarray, numpy.ndarray]:
@@ -42,6 +43,28 @@ def build_blending_indices(weights: Any, size: int) -> Tuple[numpy.ndarray, nump
     dataset_sample_index = numpy.empty(size, dtype=numpy.int64)
     fast.blend(weights, dataset_index, dataset_sample_index)
     return dataset_index, dataset_sample_index
+
+
+def build_blending_indices_numpy(weights: Any, size: int) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """:func:`build_blending_indices` in numpy, without numba: the reference's
+    O(size x datasets) scan with preallocated buffers (the same float64 multiply and
+    subtract, so the same winners; property-tested). For small blends built before
+    numba is loaded: loading it costs more than they do."""
+    weights = _validate.blending_weights(weights)
+    size = _validate.as_int(size, "size", minimum=0)
+    counts = numpy.zeros(weights.size, dtype=numpy.float64)  # exact integers below 2**53
+    errors = numpy.empty(weights.size, dtype=numpy.float64)
+    multiply, subtract, argmax = numpy.multiply, numpy.subtract, errors.argmax
+    winners, taken = [], []
+    for t in range(size):
+        multiply(weights, max(float(t), 1.0), out=errors)
+        subtract(errors, counts, out=errors)
+        winner = int(argmax())  # first maximum: the lowest id wins ties
+        winners.append(winner)
+        taken.append(counts[winner])
+        counts[winner] += 1.0
+    return (numpy.array(winners, dtype=numpy.int16).reshape(-1),
+            numpy.array(taken, dtype=numpy.int64).reshape(-1))
 
 
 def build_exhaustive_blending_indices(sizes: Any) -> Tuple[numpy.ndarray, numpy.ndarray]:
