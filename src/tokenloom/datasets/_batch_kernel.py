@@ -15,29 +15,9 @@ property tests)."""
 from __future__ import annotations
 
 import numpy
-from llvmlite import ir
 from numba import njit
-from numba.core import cgutils, types
-from numba.extending import intrinsic
 
-
-@intrinsic
-def _prefetch(typingctx, array, index):
-    """Hint the CPU to load the cache line of ``array[index]`` (no fault, no wait)."""
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        view = context.make_array(array_type)(context, builder, args[0])
-        pointer = cgutils.get_item_pointer(context, builder, array_type, view, [args[1]],
-                                           wraparound=False)
-        i32 = ir.IntType(32)
-        function_type = ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32])
-        prefetch = builder.module.declare_intrinsic("llvm.prefetch", [cgutils.voidptr_t],
-                                                    function_type)
-        # read access, highest temporal locality (into every cache level), data cache
-        builder.call(prefetch, [builder.bitcast(pointer, cgutils.voidptr_t), ir.Constant(i32, 0),
-                                ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-    return types.void(array, index), codegen
+from tokenloom._numba_prefetch import prefetch_read
 
 
 @njit(cache=True, nogil=True)
@@ -86,7 +66,7 @@ def _prefetch_parts(tokens, pointers, itemsize, lengths, document_index, sample_
             return -1 - numpy.int64(doc)
         start = numpy.int64(pointers[doc]) // itemsize + offset
         for i in range(start, min(start + count, tokens.shape[0]), step):
-            _prefetch(tokens, i)
+            prefetch_read(tokens, i)
     return numpy.int64(0)
 
 

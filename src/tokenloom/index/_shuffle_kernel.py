@@ -17,10 +17,9 @@ The generator state is numpy's own: ``key`` (uint32[624]) and ``pos`` as given b
 from __future__ import annotations
 
 import numpy
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
+
+from tokenloom._numba_prefetch import prefetch_write
 
 N = 624
 M = 397
@@ -32,25 +31,6 @@ WORD = 0xFFFFFFFF
 BLOCK = 64
 """Swaps whose ``j`` are drawn and prefetched ahead (2M int32: 16 to 256 all within
 ~5% of each other, 64 best; 1 (no look-ahead) about 1.5x slower)."""
-
-
-@intrinsic
-def _prefetch(typingctx, array, index):
-    """Hint the CPU to load the cache line of ``array[index]`` for writing."""
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        view = context.make_array(array_type)(context, builder, args[0])
-        pointer = cgutils.get_item_pointer(context, builder, array_type, view, [args[1]],
-                                           wraparound=False)
-        i32 = ir.IntType(32)
-        function_type = ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32])
-        prefetch = builder.module.declare_intrinsic("llvm.prefetch", [cgutils.voidptr_t],
-                                                    function_type)
-        # write access (the line is swapped into), high temporal locality, data cache
-        builder.call(prefetch, [builder.bitcast(pointer, cgutils.voidptr_t), ir.Constant(i32, 1),
-                                ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-    return types.void(array, index), codegen
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -192,7 +172,7 @@ def shuffle(x, key, pos, block):
         count = min(block, i)
         p = _draw(key, p, i, count, js)
         for k in range(count):
-            _prefetch(x, js[k])
+            prefetch_write(x, js[k])
         for k in range(count):
             a = i - k
             b = js[k]
