@@ -280,19 +280,9 @@ class IndexCache:
             except FileNotFoundError:
                 return self._lookup_packed(key, names, verify, checks, on_corrupt)
             with handle:
-                record, start = _cache_file.read_record(handle, path)
-                _check_record(path, record, key)
-                if not _checks_agree(record.get("checks"), checks):
-                    return None
-                return _cache_file.open_arrays(handle, path, record, start, list(names),
-                                               mmap, verify)
-        except OSError as error:
-            problem: Exception = _cache_file.Corrupt(f"{path}: unreadable ({error})")
-        except _cache_file.Corrupt as error:
-            problem = error
-        if on_corrupt == "raise":
-            raise CacheError(f"{problem}; delete {path} and rebuild") from None
-        return None
+                return _read_entry(handle, path, key, names, mmap, verify, checks)
+        except (OSError, _cache_file.Corrupt) as error:
+            return _unusable(error, path, path, on_corrupt)
 
     def _lookup_packed(self, key: CacheKey, names: Iterable[str], verify: str,
                        checks: Optional[Mapping[str, object]], on_corrupt: str
@@ -306,20 +296,9 @@ class IndexCache:
         path = f"{pack} (entry {key.stem})"
         try:
             data = queued[1] if queued else _cache_pack.read_entry(where)
-            handle = io.BytesIO(data)
-            record, start = _cache_file.read_record(handle, path, size=len(data))
-            _check_record(path, record, key)
-            if not _checks_agree(record.get("checks"), checks):
-                return None
-            return _cache_file.open_arrays(handle, path, record, start, list(names), True,
-                                           verify, buffer=data)
-        except OSError as error:
-            problem: Exception = _cache_file.Corrupt(f"{path}: unreadable ({error})")
-        except _cache_file.Corrupt as error:
-            problem = error
-        if on_corrupt == "raise":
-            raise CacheError(f"{problem}; delete {pack} and rebuild") from None
-        return None
+            return _read_entry(io.BytesIO(data), path, key, names, True, verify, checks, data)
+        except (OSError, _cache_file.Corrupt) as error:
+            return _unusable(error, path, pack, on_corrupt)
 
     def load(self, key: CacheKey, names: Iterable[str], **kwargs) -> Dict[str, numpy.ndarray]:
         """Like :meth:`lookup` (corruption raises), but a miss raises CacheError too."""
@@ -359,6 +338,29 @@ class IndexCache:
     def lazy(self, key: CacheKey, names: Iterable[str], verify: str = "size",
              checks: Optional[Mapping[str, object]] = None) -> "LazyArrays":
         return LazyArrays(self, key, tuple(names), verify, checks)
+
+
+def _read_entry(handle, path: str, key: CacheKey, names: Iterable[str], mmap: bool,
+                verify: str, checks: Optional[Mapping[str, object]],
+                data: Optional[bytes] = None) -> Optional[Dict[str, numpy.ndarray]]:
+    """The arrays of the entry open as ``handle`` (``data``: its bytes, already in
+    memory), or None when its ``checks`` differ; Corrupt when it is damaged."""
+    record, start = _cache_file.read_record(handle, path, size=None if data is None else len(data))
+    _check_record(path, record, key)
+    if not _checks_agree(record.get("checks"), checks):
+        return None
+    return _cache_file.open_arrays(handle, path, record, start, list(names), mmap, verify,
+                                   buffer=data)
+
+
+def _unusable(error: Exception, path: str, delete: str, on_corrupt: str) -> None:
+    """A damaged or unreadable entry: a miss, or (``on_corrupt="raise"``) a CacheError
+    saying to delete ``delete``."""
+    problem = error if isinstance(error, _cache_file.Corrupt) \
+        else _cache_file.Corrupt(f"{path}: unreadable ({error})")
+    if on_corrupt == "raise":
+        raise CacheError(f"{problem}; delete {delete} and rebuild") from None
+    return None
 
 
 def _check_record(path: str, record: object, key: CacheKey) -> None:
