@@ -36,15 +36,25 @@ Typical flow:
 """
 
 
+def _installed_version() -> str:
+    """The version from the installed package's metadata (the source's own as a fallback)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("tokenloom")
+    except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+        from tokenloom import __version__
+
+        return f"{__version__} (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tokenloom",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from tokenloom import __version__
-
-    parser.add_argument("--version", action="version", version=f"tokenloom {__version__}")
+    parser.add_argument("--version", action="version", version=f"tokenloom {_installed_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _SUBCOMMAND_MODULES:
         try:
