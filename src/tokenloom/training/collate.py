@@ -1,0 +1,210 @@
+"""Batches as torch tensors with Megatron's dtypes and shapes, filled by ``get_batch``.
+
+``tokens``/``labels``/``position_ids`` int64 ``[b, s]``, ``loss_mask`` float32 ``[b, s]``,
+``attention_mask`` bool ``[b, 1, s, s]`` (True = masked) only with
+``create_attention_mask``, ``dataset_id`` int16 ``[b]`` for blended datasets, and on
+request ``cu_seqlens`` int32 (document boundaries of the flattened ``[b*s]`` tokens:
+row starts and the position after every EOD token) with ``max_seqlen`` int32 ``[1]``.
+
+One ``get_batch`` call per micro-batch writes straight into the tensors' memory: in a
+DataLoader worker that memory is one shared-memory block (so passing the batch to the
+main process copies nothing), in the main process it is pinned when asked and possible.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy
+import torch
+
+from tokenloom.training.samplers import RandomSeedDataset
+
+__all__ = ["BATCH_DTYPES", "BatchFetcher", "BufferPool", "collate_batch", "cu_seqlens"]
+
+BATCH_DTYPES: dict[str, torch.dtype] = {
+    "tokens": torch.int64,
+    "labels": torch.int64,
+    "loss_mask": torch.float32,
+    "position_ids": torch.int64,
+}
+NUMPY_DTYPES = {"tokens": numpy.int64, "labels": numpy.int64, "loss_mask": numpy.float32,
+                "position_ids": numpy.int64}
+_CAUSAL: dict[int, torch.Tensor] = {}
+
+
+def _causal(seq: int) -> torch.Tensor:
+    """``[1, 1, s, s]`` bool, True above the diagonal (one per length, at most 4 kept)."""
+    if seq not in _CAUSAL:
+        if len(_CAUSAL) >= 4:
+            _CAUSAL.clear()
+        _CAUSAL[seq] = torch.ones(seq, seq, dtype=torch.bool).triu_(1)[None, None]
+    return _CAUSAL[seq]
+
+
+def cu_seqlens(tokens: torch.Tensor, eod: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cu_seqlens, max_seqlen)`` int32 of the flattened ``[b, s]`` tokens."""
+    b, s = tokens.shape
+    ends = torch.zeros(b, s, dtype=torch.bool)
+    ends[:, :-1] = tokens[:, :-1] == eod
+    ends[:, -1] = True
+    cuts = torch.nonzero(ends.reshape(-1)).reshape(-1) + 1
+    cu = torch.cat([torch.zeros(1, dtype=torch.int64), cuts]).to(torch.int32)
+    return cu, (cu[1:] - cu[:-1]).max().reshape(1).to(torch.int32)
+
+
+def _in_worker() -> bool:
+    return torch.utils.data.get_worker_info() is not None
+
+
+class BufferPool:
+    """Reusable batch blocks for the main process (``num_workers=0``), safe by refcount.
+
+    A block is a numpy byte array; the batch tensors are ``torch.from_numpy`` of numpy
+    views of it, and every torch view derived from them keeps those numpy views (hence
+    the block) referenced.  A block whose reference count is back to the pool's own is
+    free: nothing can still see its memory, and it is reused without a page fault.  At
+    most ``size`` blocks are kept; beyond that a batch gets a fresh, unpooled block.
+    """
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self.blocks: list[numpy.ndarray] = []
+
+    def take(self, nbytes: int) -> numpy.ndarray:
+        """A free block of ``nbytes`` bytes (reused when possible)."""
+        for block in self.blocks:
+            # refs: the list, the loop variable, getrefcount's argument
+            if block.nbytes == nbytes and sys.getrefcount(block) <= 3:
+                return block
+        block = numpy.empty(nbytes, dtype=numpy.uint8)
+        if len(self.blocks) >= self.size:
+            self.blocks.pop(0)
+        self.blocks.append(block)
+        return block
+
+    def __getstate__(self) -> dict:
+        return {"size": self.size, "blocks": []}  # workers use shared memory instead
+
+
+def _sizes(b: int, s: int) -> list[int]:
+    return [b * s * numpy.dtype(NUMPY_DTYPES[name]).itemsize for name in BATCH_DTYPES]
+
+
+def _allocate(b: int, s: int, pin: bool,
+              pool: Optional[BufferPool] = None) -> dict[str, torch.Tensor]:
+    """The four ``[b, s]`` tensors as views of one block: shared memory in a worker,
+    pinned (torch's caching host allocator) when asked, else a pooled numpy block."""
+    sizes = _sizes(b, s)
+    out: dict[str, torch.Tensor] = {}
+    offset = 0
+    if _in_worker() or pin or pool is None:
+        block = torch.empty(sum(sizes), dtype=torch.uint8)
+        block = block.share_memory_() if _in_worker() else block.pin_memory() if pin else block
+        for (name, dtype), size in zip(BATCH_DTYPES.items(), sizes):
+            out[name] = block[offset:offset + size].view(dtype).view(b, s)
+            offset += size
+        return out
+    raw = pool.take(sum(sizes))
+    for name, size in zip(BATCH_DTYPES, sizes):
+        view = raw[offset:offset + size].view(NUMPY_DTYPES[name]).reshape(b, s)
+        out[name] = torch.from_numpy(view)
+        offset += size
+    return out
+
+
+def _stack_rows(dataset: Any, indices: Sequence[int], out: dict[str, numpy.ndarray]) -> list[Any]:
+    """Fill ``out`` from ``dataset[i]`` row by row; return the samples (for masks)."""
+    samples = []
+    for row, index in enumerate(indices):
+        sample = dataset[index]
+        for name in BATCH_DTYPES:
+            out[name][row] = numpy.asarray(sample[name])
+        samples.append(sample)
+    return samples
+
+
+def _sequence_length(dataset: Any, indices: Sequence[int]) -> int:
+    config = getattr(dataset, "config", None)
+    length = getattr(config, "sequence_length", None)
+    if length is None:
+        return int(numpy.asarray(dataset[indices[0]]["tokens"]).shape[-1])
+    return int(length)
+
+
+def collate_batch(dataset: Any, indices: Sequence[int], *, attention_mask: str = "none",
+                  with_cu_seqlens: bool = False, eod: Optional[int] = None,
+                  pin: bool = False, pool: Optional[BufferPool] = None) -> dict[str, torch.Tensor]:
+    """One micro-batch ``indices`` of ``dataset`` as a dict of torch tensors.
+
+    ``attention_mask``: ``"none"``, ``"causal"`` (one causal mask expanded over the batch,
+    no copy) or ``"per_sample"`` (each sample's own mask, for ``reset_attention_mask``).
+    """
+    indices = list(indices)
+    if not indices:
+        return {name: torch.empty(0, 0, dtype=dtype) for name, dtype in BATCH_DTYPES.items()}
+    tensors = _allocate(len(indices), _sequence_length(dataset, indices), pin, pool)
+    views = {name: tensor.numpy() for name, tensor in tensors.items()}
+    batch: dict[str, torch.Tensor] = dict(tensors)
+    samples: list[Any] = []
+    if hasattr(dataset, "get_batch") and not isinstance(dataset, RandomSeedDataset):
+        result = dataset.get_batch(indices, out=views)
+        if "dataset_id" in result:
+            batch["dataset_id"] = torch.from_numpy(numpy.array(result["dataset_id"]))
+    else:
+        samples = _stack_rows(dataset, indices, views)
+        if samples and "dataset_id" in samples[0]:
+            batch["dataset_id"] = torch.tensor([int(s["dataset_id"]) for s in samples],
+                                               dtype=torch.int16)
+    if attention_mask == "causal":
+        s = tensors["tokens"].shape[1]
+        batch["attention_mask"] = _causal(s).expand(len(indices), 1, s, s)
+    elif attention_mask == "per_sample":
+        rows = samples or [dataset[i] for i in indices]
+        batch["attention_mask"] = torch.from_numpy(
+            numpy.stack([numpy.asarray(r["attention_mask"], dtype=bool) for r in rows]))
+    if with_cu_seqlens and eod is not None:
+        batch["cu_seqlens"], batch["max_seqlen"] = cu_seqlens(tensors["tokens"], eod)
+    return batch
+
+
+class BatchFetcher(torch.utils.data.Dataset):
+    """The DataLoader's dataset: item ``(epoch, indices)`` is one collated micro-batch.
+
+    The epoch travels with every request, so a :class:`RandomSeedDataset` in a worker
+    process (forked or spawned, persistent or not) is set to the sampler's epoch before
+    each fetch.  ``per_sample`` gives Megatron's hybrid-CP identity collate: a list of
+    per-sample dicts instead of one batch dict.
+    """
+
+    def __init__(self, dataset: Any, *, attention_mask: str, with_cu_seqlens: bool,
+                 eod: Optional[int], pin: bool, per_sample: bool = False) -> None:
+        self.dataset = dataset
+        self.attention_mask = attention_mask
+        self.with_cu_seqlens = with_cu_seqlens
+        self.eod = eod
+        self.pin = pin
+        self.per_sample = per_sample
+        self.pool = BufferPool()
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, request: tuple[int, list[int]]) -> Any:
+        epoch, indices = request
+        if isinstance(self.dataset, RandomSeedDataset):
+            self.dataset.set_epoch(epoch)
+        batch = collate_batch(self.dataset, indices, attention_mask=self.attention_mask,
+                              with_cu_seqlens=self.with_cu_seqlens and not self.per_sample,
+                              eod=self.eod, pin=self.pin and not _in_worker(), pool=self.pool)
+        if not self.per_sample:
+            return batch
+        return [{name: value[row] for name, value in batch.items()}
+                for row in range(len(indices))]
+
+
+def no_collate(item: Any) -> Any:
+    """The DataLoader's ``collate_fn``: the fetcher already returns the batch."""
+    return item
