@@ -6,7 +6,7 @@ import json
 import struct
 import zlib
 
-from tokenloom import _cache_file as cache_file
+from tokenloom.cache import entry as cache_file
 
 
 def header(path):

@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-
-# dataset[i] normally loads its numba kernels in a background thread and serves the
-# first samples by the general path meanwhile; tests want to know which path ran, so
-# the kernels load at the first sample (tests/datasets/test_warmup.py covers the
-# background mode explicitly).
-os.environ.setdefault("TOKENLOOM_SYNC_KERNEL_LOAD", "1")
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 GOLDEN_DIR = (PROJECT_ROOT / ".." / "shared" / "golden" / "megatron-core-0.16.1").resolve()

@@ -1,4 +1,4 @@
-"""tokenloom._atomic: temporary sibling, then rename; nothing partial is ever published."""
+"""tokenloom.atomic: temporary sibling, then rename; nothing partial is ever published."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from tokenloom._atomic import atomic_open, atomic_write_bytes
+from tokenloom.atomic import atomic_open, atomic_write_bytes
 
 
 def test_publishes_with_the_umask_mode_and_leaves_no_temporary(tmp_path):

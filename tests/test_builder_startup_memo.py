@@ -10,19 +10,20 @@ import pickle
 
 import numpy
 import pytest
-
 from tests.test_builder import EOD, write_corpus
-from tokenloom import _startup_memo
+
 from tokenloom.builder import BlendedMegatronDatasetBuilder
+from tokenloom.builder import memo as startup_memo
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer
-from tokenloom.datasets._deferred import DeferredIndexedDataset
 from tokenloom.errors import FormatError
+from tokenloom.format import LazyIndexedDataset
+from tokenloom.format.identity import stat_key
 
 
 @pytest.fixture(autouse=True)
 def no_racy_window(monkeypatch):
     """Corpora written by the test are seconds old; let the memo record them."""
-    monkeypatch.setattr(_startup_memo, "RACY_WINDOW_NS", 0)
+    monkeypatch.setattr(startup_memo, "RACY_WINDOW_NS", 0)
 
 
 @pytest.fixture
@@ -45,12 +46,12 @@ def samples(blend, ks=(0, 1, 57, -1)):
 
 
 def deferred(blend):
-    return [isinstance(d.dataset, DeferredIndexedDataset) for d in blend.datasets]
+    return [isinstance(d.dataset, LazyIndexedDataset) for d in blend.datasets]
 
 
 def memo_hits(blend):
     """Which datasets were set up from the memo alone (files unopened, indices unloaded)."""
-    return [getattr(d, "_memo_length", None) is not None for d in blend.datasets]
+    return [d.cached_indices.expected_length is not None for d in blend.datasets]
 
 
 def test_warm_build_defers_every_prefix_and_gives_the_same_samples(corpora, tmp_path):
@@ -88,9 +89,9 @@ def test_touched_prefix_misses_but_keeps_its_samples(corpora, tmp_path):
     # the touched .idx was read again and its new stat recorded (its cache key, hence
     # its cached length, is unchanged: same size, mtime and content)
     memo_file, = glob.glob(str(tmp_path / "cache" / "*-startup-memo.json"))
-    recorded = _startup_memo.StartupMemo.load(memo_file)._files
+    recorded = startup_memo.StartupMemo.load(memo_file).recorded_rows()
     idx = os.path.abspath(corpora[2] + ".idx")
-    assert recorded[idx][:4] == _startup_memo._stat_key(os.stat(idx))
+    assert recorded[idx][:4] == list(stat_key(os.stat(idx)))
     assert recorded[idx][2] != stat.st_ctime_ns
 
 
@@ -98,7 +99,7 @@ def test_add_extra_token_change_uses_other_indices(corpora, tmp_path):
     build(corpora, tmp_path / "cache")
     other = build(corpora, tmp_path / "cache", add_extra_token_to_sequence=False)
     assert deferred(other) == [True] * 4  # file facts still hold...
-    assert all(getattr(d, "_memo_length", None) is None for d in other.datasets)  # ...lengths do not
+    assert all(d.cached_indices.expected_length is None for d in other.datasets)  # ...lengths do not
     fresh = build(corpora, tmp_path / "fresh", add_extra_token_to_sequence=False)
     assert samples(other) == samples(fresh)
 
@@ -115,7 +116,7 @@ def test_corrupt_memo_is_ignored_and_rewritten(corpora, tmp_path, caplog, damage
     else:
         data = bytearray(b"\x00\xffnot a memo")
     open(path, "wb").write(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="tokenloom._startup_memo"):
+    with caplog.at_level(logging.WARNING, logger="tokenloom.builder.memo"):
         warm = build(corpora, tmp_path / "cache")
     assert "corrupt" in caplog.text and memo_hits(warm) == [False] * 4
     assert samples(warm) == samples(cold)
@@ -123,7 +124,7 @@ def test_corrupt_memo_is_ignored_and_rewritten(corpora, tmp_path, caplog, damage
 
 
 def test_recent_files_are_not_recorded(corpora, tmp_path, monkeypatch):
-    monkeypatch.setattr(_startup_memo, "RACY_WINDOW_NS", 3600 * 10**9)
+    monkeypatch.setattr(startup_memo, "RACY_WINDOW_NS", 3600 * 10**9)
     build(corpora, tmp_path / "cache")
     assert deferred(build(corpora, tmp_path / "cache")) == [False] * 4  # nor swapped
 

@@ -9,11 +9,11 @@ import pickle
 from collections import OrderedDict
 
 import pytest
-
 from tests.test_builder_startup_memo import build, corpora, no_racy_window  # noqa: F401
-from tokenloom import _startup_memo
+
+from tokenloom.builder import memo as startup_memo
 from tokenloom.cache import CacheKey, describe, file_identity, json_scalar
-from tokenloom.datasets._deferred import DeferredIndexedDataset
+from tokenloom.format import IndexedDataset, LazyIndexedDataset
 
 
 class PlainTokenizer:
@@ -37,13 +37,13 @@ def test_warm_description_is_the_full_description(corpora, tmp_path, fields):  #
     build(corpora, tmp_path / "cache", **fields)
     warm = build(corpora, tmp_path / "cache", **fields)
     for dataset in warm.datasets:
-        assert isinstance(dataset.dataset, DeferredIndexedDataset)  # the fast path ran
+        assert isinstance(dataset.dataset, LazyIndexedDataset)  # the fast path ran
         key = dataset.cache_key
         full = CacheKey(key.class_name, key.split_name, dataset.cache_identifiers)
         assert key.description == full.description and key.hash == full.hash
         assert dict(key.identifiers) == json_roundtrip(dataset.cache_identifiers)
         assert pickle.loads(pickle.dumps(key)).description == key.description
-        assert getattr(dataset, "_memo_length", None) is not None  # reused the cold entry
+        assert dataset.cached_indices.expected_length is not None  # reused the cold entry
 
 
 def json_roundtrip(identifiers):
@@ -65,25 +65,30 @@ def test_every_shaping_input_changes_the_warm_key(corpora, tmp_path):  # noqa: F
     assert changed[0] != base[0] and changed[1:] == base[1:]
 
 
-def test_file_identity_json_matches(corpora):  # noqa: F811
-    memo = _startup_memo.StartupMemo("/nonexistent/memo.json")
-    from tokenloom.format import IndexedDataset
+def test_file_identity_json_matches(corpora, tmp_path):  # noqa: F811
+    from tokenloom.builder.startup import Startup, identity_json
+    from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer
 
-    prefix = corpora[1]
-    stat = os.stat(prefix + ".idx")
-    dataset = IndexedDataset(prefix)
-    memo.record_prefix(prefix, stat, dataset, file_identity(prefix))
-    facts = memo.facts(prefix)
-    assert facts.file_identity() == file_identity(prefix)
-    assert facts.file_identity_json() == describe(file_identity(prefix))
+    config = GPTDatasetConfig(random_seed=1, sequence_length=8, split="100,0,0",
+                              reset_position_ids=False, reset_attention_mask=False,
+                              eod_mask_loss=False,
+                              tokenizer=SimpleTokenizer(100, 0), blend=([corpora[1]], None),
+                              path_to_cache=str(tmp_path / "cache"))
+    startup = Startup(startup_memo.StartupMemo(str(tmp_path / "memo.json")), config, True)
+    for opened in (startup.open(GPTDataset, corpora[1]),  # a small .idx: read in one call
+                   LazyIndexedDataset(startup.memo.facts(corpora[1]), opened=IndexedDataset(corpora[1]))):
+        facts = opened.facts
+        assert facts.file_identity() == file_identity(corpora[1])
+        assert identity_json(facts) == describe(file_identity(corpora[1]))
+        assert opened.file_identity() == IndexedDataset(corpora[1]).file_identity()
 
 
 @pytest.mark.parametrize("prefix", ["a/b", "a//b", "./a/../b", "b", "a/b/", "a/.", "a/..",
                                     "/x/y", "/", "a/b.c", "..", "."])
 def test_idx_path_from_the_absolute_prefix(prefix):
     expected = os.path.abspath(prefix + ".idx")
-    assert _startup_memo._idx_path(prefix, os.path.abspath(prefix)) == expected
-    assert _startup_memo._idx_path(prefix, None) == expected
+    assert startup_memo.idx_path(prefix, os.path.abspath(prefix)) == expected
+    assert startup_memo.idx_path(prefix, None) == expected
 
 
 @pytest.mark.parametrize("value", ["p\u00e9\"\\\n", "", 0, -3, 10**30, None, True, 1.5,
@@ -94,6 +99,7 @@ def test_json_scalar_is_describe(value):
 
 def test_valid_split_keys_follow_drop_last_partial_validation_sequence(corpora, tmp_path):  # noqa: F811
     from tests.test_builder import EOD
+
     from tokenloom.builder import BlendedMegatronDatasetBuilder
     from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer
 
@@ -113,7 +119,7 @@ def test_valid_split_keys_follow_drop_last_partial_validation_sequence(corpora, 
         warm = splits(drop)
         assert {d.index_split.name for d in warm} == {"train", "valid"}
         for dataset in warm:
-            assert isinstance(dataset.dataset, DeferredIndexedDataset)
+            assert isinstance(dataset.dataset, LazyIndexedDataset)
             assert dataset.cache_key.description == describe(dataset.cache_identifiers)
     valid = [{d.cache_key.stem for d in splits(drop) if d.index_split.name == "valid"}
              for drop in (True, False)]

@@ -11,14 +11,20 @@ from collections import OrderedDict
 
 import numpy
 import pytest
-
-from tokenloom import _cache_file as cache_file
-from tokenloom import cache as cache_module
-from tokenloom.format import _mapping
-from tokenloom.cache import (CacheKey, IndexCache, array_digest, describe, description_hash,
-                             file_identity)
-from tokenloom.errors import CacheError
 from tests.cache_files import flip_byte_of, header, rewrite_header
+
+from tokenloom import cache as cache_module
+from tokenloom.cache import (
+    CacheKey,
+    IndexCache,
+    array_digest,
+    describe,
+    description_hash,
+    file_identity,
+)
+from tokenloom.cache import entry as cache_file
+from tokenloom.errors import CacheError
+from tokenloom.format import _mapping
 
 NAMES = ["a", "b", "empty"]
 

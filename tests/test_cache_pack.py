@@ -8,13 +8,14 @@ import os
 
 import numpy
 import pytest
-
 from tests.random_corpora import EOD, write_corpus
-from tokenloom import _cache_pack
+
 from tokenloom.builder import BlendedMegatronDatasetBuilder
-from tokenloom.cache import CacheKey, IndexCache
+from tokenloom.cache import CacheKey, EntryPacker, IndexCache
+from tokenloom.cache import pack as cache_pack
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer
 from tokenloom.errors import CacheError
+from tokenloom.process_caches import clear_process_caches
 
 NAMES = ("a", "b")
 
@@ -40,11 +41,11 @@ def samples(blend):
 
 def forget_packs():
     """What a new process knows of pack directories: nothing."""
-    _cache_pack._PACKS.clear()
+    clear_process_caches()
 
 
 def pack_files(cache):
-    folder = os.path.join(cache, _cache_pack.PACK_DIR)
+    folder = os.path.join(cache, cache_pack.PACK_DIR)
     return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
 
 
@@ -70,7 +71,7 @@ def test_damaged_pack_entries_are_rebuilt_never_served(corpora, tmp_path, damage
                                                        caplog):
     cache = tmp_path / "cache"
     cold = samples(build(corpora, cache))
-    pack = os.path.join(cache, _cache_pack.PACK_DIR, pack_files(cache)[0])
+    pack = os.path.join(cache, cache_pack.PACK_DIR, pack_files(cache)[0])
     data = bytearray(open(pack, "rb").read())
     if damage == "flip":
         data[-3] ^= 0xFF  # inside the last entry's last array: only its CRC32 can tell
@@ -92,36 +93,35 @@ def test_damaged_pack_entries_are_rebuilt_never_served(corpora, tmp_path, damage
 
 
 def test_nothing_is_written_when_the_block_fails(tmp_path):
-    cache = IndexCache(str(tmp_path))
     key = CacheKey("X", "train", {"n": 1})
     with pytest.raises(RuntimeError):
-        with _cache_pack.collect_small_entries(str(tmp_path)):
+        with EntryPacker(str(tmp_path)) as packer:
+            cache = IndexCache(str(tmp_path), packer=packer)
             cache.store(key, {"a": numpy.arange(3)})
             raise RuntimeError("build failed")
     assert os.listdir(tmp_path) == [] and cache.lookup(key, ["a"]) is None
 
 
 def test_queued_entries_are_visible_before_the_pack_is_written(tmp_path):
-    cache = IndexCache(str(tmp_path))
     key = CacheKey("X", "train", {"n": 2})
     arrays = {"a": numpy.arange(5, dtype=numpy.int32), "b": numpy.ones((2, 2))}
-    with _cache_pack.collect_small_entries(str(tmp_path)):
+    with EntryPacker(str(tmp_path)) as packer:
+        cache = IndexCache(str(tmp_path), packer=packer)
         paths = cache.store(key, arrays)
         assert os.listdir(tmp_path) == []
         assert cache.exists(key) and paths["description"] == cache.description_path(key)
         got = cache.load(key, NAMES)
         numpy.testing.assert_array_equal(got["a"], arrays["a"])
-    assert paths["description"].endswith(_cache_pack.PACK_SUFFIX)
+    assert paths["description"].endswith(cache_pack.PACK_SUFFIX)
     assert os.path.isfile(paths["description"]) and cache.description_path(key) == paths["description"]
     forget_packs()
     numpy.testing.assert_array_equal(cache.load(key, NAMES)["b"], arrays["b"])
 
 
-def test_large_entries_are_written_alone(tmp_path, monkeypatch):
-    monkeypatch.setattr(_cache_pack, "SMALL_ENTRY_BYTES", 100)
-    cache = IndexCache(str(tmp_path))
+def test_large_entries_are_written_alone(tmp_path):
     small, large = CacheKey("X", "train", {"n": 3}), CacheKey("X", "train", {"n": 4})
-    with _cache_pack.collect_small_entries(str(tmp_path)):
+    with EntryPacker(str(tmp_path), small_entry_bytes=100) as packer:
+        cache = IndexCache(str(tmp_path), packer=packer)
         cache.store(small, {"a": numpy.arange(1)})  # the header alone is over 100 bytes
         cache.store(large, {"a": numpy.arange(1000)})
     assert os.path.isfile(cache.entry_path(large)) and os.path.isfile(cache.entry_path(small))
@@ -132,43 +132,70 @@ def test_newest_pack_wins_and_an_entry_file_beats_both(tmp_path):
     cache = IndexCache(str(tmp_path))
     key = CacheKey("X", "train", {"n": 5})
     for value in (1, 2):
-        with _cache_pack.collect_small_entries(str(tmp_path)):
-            cache.store(key, {"a": numpy.full(4, value)})
-        newest = os.path.join(tmp_path, _cache_pack.PACK_DIR, sorted(
+        with EntryPacker(str(tmp_path)) as packer:
+            IndexCache(str(tmp_path), packer=packer).store(key, {"a": numpy.full(4, value)})
+        newest = os.path.join(tmp_path, cache_pack.PACK_DIR, sorted(
             pack_files(tmp_path), key=lambda n: os.stat(
-                os.path.join(tmp_path, _cache_pack.PACK_DIR, n)).st_mtime_ns)[-1])
+                os.path.join(tmp_path, cache_pack.PACK_DIR, n)).st_mtime_ns)[-1])
         os.utime(newest, ns=(value * 10**18, value * 10**18))  # distinct mtimes
     forget_packs()
     assert cache.load(key, ["a"])["a"].tolist() == [2] * 4
-    cache.store(key, {"a": numpy.full(4, 3)})  # no collector: an entry file
+    cache.store(key, {"a": numpy.full(4, 3)})  # no packer: an entry file
     assert cache.load(key, ["a"])["a"].tolist() == [3] * 4
 
 
 def test_unwritable_cache_dir_is_a_cache_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    cache = IndexCache(str(blocker / "cache"))
     with pytest.raises(CacheError, match="path_to_cache"):
-        with _cache_pack.collect_small_entries(cache.path_to_cache):
+        with EntryPacker(str(blocker / "cache")) as packer:
+            cache = IndexCache(str(blocker / "cache"), packer=packer)
             cache.store(CacheKey("X", "train", {"n": 6}), {"a": numpy.arange(2)})
 
 
 def test_pack_layout_round_trip():
     entries = {f"s{i}": bytes([i]) * (i * 37 + 1) for i in range(5)}
-    data = _cache_pack.pack_entries(entries)
+    data = cache_pack.pack_entries(entries)
     assert data[:8] == b"TLIDXP01"
-    packs = _cache_pack._Packs()
-    path = None
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "x" + _cache_pack.PACK_SUFFIX)
+        path = os.path.join(folder, "x" + cache_pack.PACK_SUFFIX)
         open(path, "wb").write(data)
-        _, table = _cache_pack._table(packs, path)
+        with open(path, "rb") as handle:
+            table, why = cache_pack.read_table(handle, len(data))
+        assert why == ""
         for stem, payload in entries.items():
             offset, length = table[stem]
             assert offset % 64 == 0
-            assert _cache_pack.read_entry((path, offset, length)) == payload
+            assert cache_pack.read_entry((path, offset, length)) == payload
         open(path, "ab").write(b"\0")  # one byte too many: the size check fails
-        packs.tables.clear()
-        assert _cache_pack._table(packs, path) is None
+        with open(path, "rb") as handle:
+            assert cache_pack.read_table(handle, len(data) + 1)[0] is None
+
+
+@pytest.mark.parametrize("damage", ["flip", "table"])
+def test_pack_damaged_under_a_long_lived_process_is_forgotten_once(corpora, tmp_path, damage,
+                                                                   caplog):
+    """A damaged entry (flip: the process knew the pack before) or table (the process
+    reads the damaged pack afresh) is rebuilt once, into one new pack, which later builds
+    reuse: no new pack on every build, and one warning."""
+    cache = tmp_path / "cache"
+    cold = samples(build(corpora, cache))
+    assert len(IndexCache(str(cache)).stems()) == len(corpora) + 1  # the process lists it
+    pack = os.path.join(cache, cache_pack.PACK_DIR, pack_files(cache)[0])
+    data = bytearray(open(pack, "rb").read())
+    data[-3 if damage == "flip" else 30] ^= 0xFF
+    open(pack, "wb").write(bytes(data))
+    if damage == "table":
+        forget_packs()  # else its entries, still intact, are served by the known table
+    for name in os.listdir(cache):
+        if name.endswith("-startup-memo.json"):
+            os.unlink(os.path.join(cache, name))  # look every entry up now
+    counts = []
+    with caplog.at_level(logging.WARNING):
+        for _ in range(4):
+            assert samples(build(corpora, cache)) == cold
+            counts.append(len(pack_files(cache)))
+    assert counts == [2, 2, 2, 2]
+    assert caplog.text.count("is damaged") == 1

@@ -6,9 +6,9 @@ import pickle
 
 import numpy
 import pytest
-
-from tests.random_corpora import EOD, write_corpus
 from tests.cache_files import array_extent, header
+from tests.random_corpora import EOD, write_corpus
+
 from tokenloom.cache import IndexCache
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer, Split
 from tokenloom.datasets.blended import BLENDED_INDEX_NAMES, BlendedDataset
@@ -206,3 +206,20 @@ def test_deferred_mmap_pickle_and_no_cache(corpora, parts, config):
     uncached["blend"] = (list(corpora), None)
     plain = BlendedDataset(parts, [5, 3, 2], 100, GPTDatasetConfig(**uncached))
     assert plain.cache is None and numpy.array_equal(plain.dataset_index, first.dataset_index)
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_cached_indices_with_valid_checksums_but_out_of_range_are_a_cache_error(
+        parts, config, defer):
+    """An entry written by hand (or an old bug): checksums valid, a sample index beyond
+    its dataset. It is refused when loaded, naming the entry, never served."""
+    blend = BlendedDataset(parts, [5, 3, 2], 200, config)
+    arrays = {name: numpy.array(getattr(blend, name)) for name in BLENDED_INDEX_NAMES}
+    arrays["dataset_sample_index"][7] = len(parts[int(arrays["dataset_index"][7])]) + 5
+    blend.cache.store(blend.cache_key, arrays)  # a valid entry file, wrong values
+    import dataclasses
+
+    loaded_config = dataclasses.replace(config, defer_npy_index_mmap=defer)
+    with pytest.raises(CacheError, match=r"index cache .*indices\.cache: dataset_sample_index\[7\]"):
+        again = BlendedDataset(parts, [5, 3, 2], 200, loaded_config)
+        again[7]

@@ -143,8 +143,6 @@ CASES = {
     "spd bad file": (dict(sequences_per_dataset="/nonexistent/spd.json"), "not found"),
     "object storage no cache": (dict(blend=(["s3://b/a"], None), mmap_bin_files=False),
                                 "object_storage_cache_path"),
-    "object storage mmap": (dict(blend=(["msc://b/a"], None), object_storage_cache_path="x"),
-                            "mmap_bin_files=False"),
 }
 
 

@@ -1,23 +1,24 @@
-"""dataset[i] loads its numba kernels in the background: same samples before and after,
-and a fork during the load cannot leave a DataLoader worker hanging."""
+"""The kernel loader's background loading: dedicated tests of its life cycle, and
+samples that are the same whichever path served them."""
 
 from __future__ import annotations
 
 import multiprocessing
+import threading
+import time
 
 import numpy
 import pytest
+from tests.datasets._helpers import small_config, split_indices, write_corpus
 
 from tokenloom.datasets import GPTDataset, Split
-from tokenloom.datasets import _warmup
-from tests.datasets._helpers import small_config, split_indices, write_corpus
+from tokenloom.kernels import KERNELS, KernelLoader
 
 pytest.importorskip("numba")
 
 
 @pytest.fixture()
-def dataset(tmp_path, monkeypatch):
-    monkeypatch.setenv(_warmup.SYNC_ENV, "0")
+def dataset(tmp_path):
     rng = numpy.random.default_rng(3)
     corpus = write_corpus(tmp_path / "c", rng.integers(1, 90, size=120), seed=5, vocab=50)
     config = small_config(corpus, tmp_path / "cache")
@@ -47,10 +48,8 @@ def test_samples_are_the_same_before_and_after_the_kernels_load(dataset, monkeyp
     rows = [0, 5, 17, 299, None]
     expected = reference_samples(dataset, rows, monkeypatch)
     first = [dataset[i] for i in rows]  # served while (or before) the kernels load
-    _warmup.wait()
-    source, _ = dataset._sampler()
-    assert source.sample_kernel is not None, "the background load never published the kernel"
-    later = [dataset[i] for i in rows]  # by the kernel
+    assert KERNELS.join()
+    later = [dataset[i] for i in rows]  # by the kernel once loaded
     for a, b, c in zip(first, later, expected):
         assert_same(a, c)
         assert_same(b, c)
@@ -62,7 +61,7 @@ def _fetch_in_child(ds, queue):
 
 @pytest.mark.timeout(120)
 def test_a_fork_right_after_the_first_sample_does_not_hang(dataset):
-    dataset[0]  # starts the background load; the fork below must wait for it
+    dataset[0]  # may start the background load; the fork below must wait for it
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_fetch_in_child, args=(dataset, queue))
@@ -75,13 +74,52 @@ def test_a_fork_right_after_the_first_sample_does_not_hang(dataset):
     assert queue.get(timeout=5) == int(dataset[7]["tokens"].sum())
 
 
+# -- the loader object itself ----------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_loader_life_cycle_start_join_stop():
+    loader = KernelLoader()
+    gate, ran = threading.Event(), []
+    loader.submit(lambda: (gate.wait(20), ran.append("first")))
+    loader.submit(lambda: ran.append("second"))
+    assert loader.pending() and ran == []  # started: one thread, tasks queued behind it
+    assert not loader.join(timeout=0.05)
+    gate.set()
+    assert loader.join(timeout=20) and ran == ["first", "second"] and not loader.pending()
+    loader.stop()  # stopped: later tasks run at once in the caller's thread
+    loader.submit(lambda: ran.append(threading.current_thread().name))
+    assert ran[-1] == threading.current_thread().name and not loader.pending()
+    loader.restart()
+    loader.submit(lambda: ran.append("again"))
+    assert loader.join(timeout=20) and ran[-1] == "again"
+
+
+@pytest.mark.timeout(60)
+def test_a_failing_task_does_not_stop_the_next_one():
+    loader = KernelLoader()
+    ran = []
+    loader.submit(lambda: 1 / 0)
+    loader.submit(lambda: ran.append(1))
+    assert loader.join(timeout=20) and ran == [1]
+
+
+@pytest.mark.timeout(120)
+def test_fork_joins_the_process_loader():
+    """The process loader is joined before os.fork: a task still running in the
+    parent has finished when the child starts."""
+    finished = []
+    KERNELS.submit(lambda: (time.sleep(0.5), finished.append(True)))
+    context = multiprocessing.get_context("fork")
+    child = context.Process(target=lambda: None)
+    child.start()  # register_at_fork(before=KERNELS.join) waits for the task
+    assert finished == [True]
+    child.join(60)
+    assert child.exitcode == 0
+
+
 def test_a_long_reader_waits_for_a_slow_load_instead_of_staying_on_the_general_path(
         dataset, monkeypatch):
     """The first GENERAL_SAMPLES_BEFORE_WAIT samples come at once from the general path
     while the (here artificially slowed) load runs; the next one waits for the kernel."""
-    import threading
-    import time
-
     from tokenloom.datasets import _sample
 
     release = threading.Event()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tokenloom.index import _jit
+from tokenloom.kernels import KERNELS
 
 
 @pytest.fixture(scope="session")
 def compiled():
-    """The numba kernel modules (skips when numba is missing or disabled)."""
-    fast, kernels = _jit.kernels("_blend_fast"), _jit.kernels("_kernels")
+    """The numba blending kernel modules (skips when numba is missing or disabled)."""
+    fast, kernels = KERNELS.get("blend_fast"), KERNELS.get("blend_scan")
     if fast is None or kernels is None:
         pytest.skip("numba is not installed (or TOKENLOOM_DISABLE_NUMBA is set)")
     return fast, kernels

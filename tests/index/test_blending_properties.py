@@ -1,6 +1,6 @@
 """The fast blending kernels agree exactly with the plain greedy scan and the reference.
 
-``_blend_fast.run`` is driven with tiny ``target``/``period`` values too, so that the
+``kernels.blend_fast.run`` is driven with tiny ``target``/``period`` values too, so that the
 level, fallback and rebuild paths all run on small inputs.
 """
 
@@ -138,3 +138,18 @@ def test_equal_weight_groups_are_served_round_robin(compiled):
     dataset_index, _ = index.build_blending_indices(weights, 5_000)
     order = dataset_index[numpy.isin(dataset_index, heavy)]
     numpy.testing.assert_array_equal(order[: 3 * heavy.size], numpy.tile(heavy, 3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.one_of(st.integers(-4, 4).map(float),
+                                 st.floats(-1e6, 1e6, allow_nan=False)), min_size=1,
+                       max_size=80), data=st.data())
+def test_select_equals_numpy_partition(compiled, values, data):
+    """The rebuild's quickselect picks numpy.partition's k-th value (ties included)."""
+    fast, _ = compiled
+    array = numpy.array(values, dtype=numpy.float64)
+    k = data.draw(st.integers(0, array.size - 1))
+    expected = numpy.partition(array.copy(), k)[k]
+    scratch = numpy.concatenate((array, numpy.full(3, numpy.nan)))  # only [:count] is read
+    assert fast.select(scratch, array.size, k) == expected
+    assert sorted(scratch[: array.size]) == sorted(array)  # reordered, nothing lost

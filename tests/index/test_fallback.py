@@ -5,14 +5,15 @@ from __future__ import annotations
 import sys
 
 import numpy
+import pytest
 
 import tokenloom.index as index
-from tokenloom.index import _jit
+from tokenloom.kernels import KERNEL_MODULES, KERNELS
 
 
 def test_disabled_numba_uses_reference(monkeypatch, golden_dir):
     monkeypatch.setenv("TOKENLOOM_DISABLE_NUMBA", "1")
-    assert _jit.kernels("_blend_fast") is None and _jit.kernels("_kernels") is None
+    assert all(KERNELS.get(name) is None for name in KERNEL_MODULES)
     with numpy.load(golden_dir / "kernels.npz") as kernels:
         dataset_index, _ = index.build_blending_indices(
             kernels["blend2.weights"], int(kernels["blend2.size"])
@@ -44,10 +45,17 @@ def test_missing_numba_is_tolerated(monkeypatch):
             raise ModuleNotFoundError("No module named 'numba'", name="numba")
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(_jit, "_LOADED", {})
-    for name in ("_kernels", "_blend_fast", "_blend_queue"):
-        monkeypatch.delitem(sys.modules, f"tokenloom.index.{name}", raising=False)
+    monkeypatch.delenv("TOKENLOOM_DISABLE_NUMBA", raising=False)
+    for name in KERNEL_MODULES + ("blend_queue", "prefetch"):
+        monkeypatch.delitem(sys.modules, f"tokenloom.kernels.{name}", raising=False)
     monkeypatch.setattr(builtins, "__import__", no_numba)
-    assert _jit.kernels("_kernels") is None and _jit.kernels("_blend_fast") is None
-    dataset_index, _ = index.build_blending_indices([0.25, 0.75], 8)
-    numpy.testing.assert_array_equal(dataset_index, [1, 0, 1, 1, 0, 1, 1, 1])  # tie at t=4: id 0
+    KERNELS.clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="numba kernels unavailable") as caught:
+            assert KERNELS.get("sample_index") is None and KERNELS.get("blend_fast") is None
+            dataset_index, _ = index.build_blending_indices([0.25, 0.75], 8)
+        assert len(caught) == 1  # one warning, however many kernels were asked for
+        numpy.testing.assert_array_equal(dataset_index, [1, 0, 1, 1, 0, 1, 1, 1])  # tie: id 0
+        assert not KERNELS.available()
+    finally:
+        KERNELS.clear()

@@ -77,11 +77,11 @@ def test_vectorized_sample_index_equals_reference(args):
 @given(args=sample_inputs())
 def test_numba_sample_index_equals_reference(args):
     """The numba kernel itself (short inputs take the vectorized path by default)."""
-    from tokenloom.index import _jit
     from tokenloom.index._common import sample_index_plan
     from tokenloom.index.sample import _fast_sample_index
+    from tokenloom.kernels import KERNELS
 
-    fast = _jit.kernels("_kernels")
+    fast = KERNELS.get("sample_index")
     if fast is None:
         pytest.skip("numba is not installed")
     run = lambda: _fast_sample_index(fast, sample_index_plan(*args, check_values=False))  # noqa: E731
@@ -96,7 +96,8 @@ def test_numba_sample_index_equals_reference(args):
 
 def test_long_document_indices_use_the_kernel_path():
     """Above the vectorized limit the numba (or reference) path runs: same output."""
-    from tokenloom.index.sample import VECTORIZED_MAX_DOCUMENTS, build_sample_index_vectorized
+    from tokenloom.index.dispatch import SAMPLE_VECTORIZED_MAX_DOCUMENTS as VECTORIZED_MAX_DOCUMENTS
+    from tokenloom.index.sample import build_sample_index_vectorized
 
     rng = numpy.random.default_rng(5)
     sizes = rng.integers(0, 50, 3000).astype(numpy.int32)

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 import tokenloom.index as index
 import tokenloom.index.reference as reference
-from tokenloom.index import _jit
-from tokenloom.index import shuffle as shuffle_module
+from tokenloom.index import dispatch
 from tokenloom.index.shuffle import legacy_shuffle
+from tokenloom.kernels import KERNELS
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LENGTHS = st.one_of(
@@ -24,7 +24,7 @@ DTYPES = st.sampled_from(["int32", "int64", "uint32"])
 
 @pytest.fixture(scope="module")
 def kernel():
-    fast = _jit.kernels("_shuffle_kernel")
+    fast = KERNELS.get("shuffle")
     if fast is None:
         pytest.skip("numba is not installed (or TOKENLOOM_DISABLE_NUMBA is set)")
     return fast
@@ -145,7 +145,7 @@ def spy(kernel, monkeypatch):
        n=st.integers(0, 3000),
        dtype=st.sampled_from(["int32", "int64", "uint32", "int8", "uint16", "float64", ">i4"]))
 def test_legacy_shuffle_equals_numpy(monkeypatch, spy, seed, draws, gauss, n, dtype):
-    monkeypatch.setattr(shuffle_module, "FAST_SHUFFLE_MIN_SIZE", 0)
+    monkeypatch.setattr(dispatch, "SHUFFLE_KERNEL_MIN_SIZE", 0)
     spy.clear()
     expected_rs, rs = _generator(seed, draws, gauss), _generator(seed, draws, gauss)
     values = numpy.random.default_rng(seed).normal(size=n) * 100

@@ -127,7 +127,7 @@ def count_sequences(prefixes: Sequence[str], progress_enabled=None) -> Dict[str,
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of the subcommand."""
-    from tokenloom._atomic import atomic_write_bytes
+    from tokenloom.atomic import atomic_write_bytes
 
     prefixes = unique_prefixes(collect_blends(args))
     if not prefixes:

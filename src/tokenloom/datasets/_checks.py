@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from typing import List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional, TypeGuard
 
 import numpy
 
@@ -14,11 +15,11 @@ from tokenloom.errors import ConfigError
 OBJECT_STORAGE_SCHEMES = ("s3://", "msc://")
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def is_real(value: object) -> bool:
+def is_real(value: object) -> TypeGuard[float]:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
@@ -47,17 +48,16 @@ def _attribute(tokenizer: object, name: str) -> object:
         ) from None
 
 
-def coerce_tokenizer(tokenizer: object) -> object:
-    """Check ``vocab_size``/``eod``; a mapping becomes a :class:`SimpleTokenizer`."""
-    from tokenloom.datasets.config import SimpleTokenizer
-
+def coerce_tokenizer(tokenizer: object, simple: Callable[..., object]) -> object:
+    """Check ``vocab_size``/``eod``; a mapping becomes ``simple(**mapping)`` (the
+    config's ``SimpleTokenizer``, passed in: this module must not import the config)."""
     if isinstance(tokenizer, Mapping):
         unknown = sorted(set(tokenizer) - {"vocab_size", "eod", "pad"})
         if unknown or "eod" not in tokenizer or "vocab_size" not in tokenizer:
             raise ConfigError(
                 f"tokenizer={dict(tokenizer)!r}: expected keys vocab_size, eod and optionally pad"
             )
-        tokenizer = SimpleTokenizer(**tokenizer)
+        tokenizer = simple(**tokenizer)
     vocab_size = _attribute(tokenizer, "vocab_size")
     if vocab_size is not None and (not is_int(vocab_size) or vocab_size < 1):
         raise ConfigError(f"tokenizer.vocab_size={vocab_size!r}: must be a positive integer or None")
@@ -72,13 +72,13 @@ def coerce_tokenizer(tokenizer: object) -> object:
 
 def _has_pad(tokenizer: object) -> bool:
     try:
-        getattr(tokenizer, "pad")
+        getattr(tokenizer, "pad")  # noqa: B009 - a property that may raise
     except Exception:  # megatron tokenizers raise NotImplementedError for a missing pad
         return False
     return True
 
 
-def _check_prefixes(name: str, prefixes: object) -> List[str]:
+def _check_prefixes(name: str, prefixes: object) -> list[str]:
     if isinstance(prefixes, (str, bytes)) or not isinstance(prefixes, Sequence) or not prefixes:
         raise ConfigError(f"{name}: the prefix list {prefixes!r} must be a non-empty list of paths")
     result = []
@@ -89,7 +89,7 @@ def _check_prefixes(name: str, prefixes: object) -> List[str]:
     return result
 
 
-def _check_weights(name: str, weights: object, count: int) -> Optional[List[float]]:
+def _check_weights(name: str, weights: object, count: int) -> Optional[list[float]]:
     if weights is None:
         return None
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
@@ -111,7 +111,7 @@ def _check_weights(name: str, weights: object, count: int) -> Optional[List[floa
     return list(weights)
 
 
-def check_blend(name: str, blend: object) -> Tuple[List[str], Optional[List[float]]]:
+def check_blend(name: str, blend: object) -> tuple[list[str], Optional[list[float]]]:
     """A blend is ``(prefixes, weights or None)``; returns it with lists inside."""
     looks_flat = isinstance(blend, Sequence) and all(isinstance(b, str) for b in blend)
     if isinstance(blend, (str, bytes)) or looks_flat or not isinstance(blend, Sequence) \
@@ -125,18 +125,15 @@ def check_blend(name: str, blend: object) -> Tuple[List[str], Optional[List[floa
     return prefixes, _check_weights(name, blend[1], len(prefixes))
 
 
-def check_object_storage(config: object) -> None:
-    """s3:// and msc:// prefixes need an ``.idx`` cache directory and no mmap."""
+def check_object_storage(config: Any) -> None:
+    """s3:// and msc:// prefixes need an ``.idx`` cache directory (mmap_bin_files=True is
+    fine: object storage is then read by ranges, see tokenloom.storage)."""
     remote = [p for p in config.prefixes() if p.startswith(OBJECT_STORAGE_SCHEMES)]
     if not remote:
         return
-    if config.object_storage_cache_path is None:
+    if config.object_storage_cache_path is None \
+            and getattr(config, "object_storage_config", None) is None:
         raise ConfigError(
             f"prefix {remote[0]!r} is in object storage: set object_storage_cache_path to a "
             "local directory for its .idx files"
-        )
-    if config.mmap_bin_files:
-        raise ConfigError(
-            f"prefix {remote[0]!r} is in object storage and cannot be mmapped: set "
-            "mmap_bin_files=False"
         )

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional
 
 import numpy
 
 from tokenloom.errors import ConfigError, FormatError
+from tokenloom.process_caches import SEEDED_STATES
 
-__all__ = ["EpochPlan", "plan_epochs", "count_samples", "build_indices", "prefer_reference"]
+__all__ = ["EpochPlan", "plan_epochs", "count_samples", "build_indices"]
 
 SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
 
@@ -59,7 +59,7 @@ def _check_nonempty(indices: numpy.ndarray, tokens_per_epoch: int, where: str) -
 
 
 def _separate_final_epoch(num_samples: int, tokens: int, epochs: int, seq: int,
-                          extra: int, where: str) -> Tuple[bool, int]:
+                          extra: int, where: str) -> tuple[bool, int]:
     sans_final = ((epochs - 1) * tokens - extra) // seq
     from_final = num_samples - sans_final
     per_epoch = (tokens - extra) // seq
@@ -88,7 +88,7 @@ def plan_epochs(sequence_lengths: numpy.ndarray, indices: numpy.ndarray,
     epochs = 1 if num_samples is None else num_epochs_needed(
         tokens, num_samples, sequence_length, extra)
     separate, sans_final = False, 0
-    if epochs > 1:
+    if epochs > 1 and num_samples is not None:  # one epoch without a sample count
         separate, sans_final = _separate_final_epoch(
             num_samples, tokens, epochs, sequence_length, extra, where)
     return EpochPlan(tokens, epochs, separate, sans_final, drop_last_partial_sequence)
@@ -96,7 +96,7 @@ def plan_epochs(sequence_lengths: numpy.ndarray, indices: numpy.ndarray,
 
 def build_indices(sequence_lengths: numpy.ndarray, indices: numpy.ndarray, plan: EpochPlan,
                   sequence_length: int, extra: int, random_seed: int
-                  ) -> Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
+                  ) -> tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
     """``(document_index, sample_index, shuffle_index)`` as megatron-core builds them."""
     from tokenloom.datasets import _rng_memo
     from tokenloom.index import build_sample_index
@@ -115,48 +115,21 @@ def build_indices(sequence_lengths: numpy.ndarray, indices: numpy.ndarray, plan:
     return document_index, sample_index, shuffle_index
 
 
-# -- the generator: RandomState(seed) seeds MT19937 in ~150 us, restoring a saved state
-# takes ~60 us; one generator per thread (the builder may run prefixes in threads)
-_SEEDED_STATES: dict = {}
+# -- the generator: restoring a saved MT19937 state (process_caches.SEEDED_STATES) is
+# cheaper than seeding one; one reusable generator per thread (the builder may run
+# prefixes in threads)
 _THREAD = threading.local()
 
 
 def _seeded_random_state(seed: int) -> numpy.random.RandomState:
     """A generator in exactly the state of ``numpy.random.RandomState(seed)``."""
-    state = _SEEDED_STATES.get(seed)
+    state = SEEDED_STATES.get(seed)
     if state is None:
         fresh = numpy.random.RandomState(seed)
-        if len(_SEEDED_STATES) < 64:
-            _SEEDED_STATES[seed] = fresh.get_state()
+        SEEDED_STATES.put(seed, fresh.get_state())
         return fresh
     generator = getattr(_THREAD, "generator", None)
     if generator is None:
         generator = _THREAD.generator = numpy.random.RandomState(0)
     generator.set_state(state)
     return generator
-
-
-# -- which kernel: the readable reference for small inputs until numba pays off ----------
-# The first numba call of a process loads its type registries and the cached machine
-# code (0.3-0.5 s), more than a cold start over a thousand small prefixes spends on
-# its indices in the reference kernels (bit-identical, property-tested). Ski rental:
-# small inputs take the reference until it has cost about as much as loading numba.
-REFERENCE_BUDGET_S = 0.3
-_reference_spent = [0.0]
-
-
-def prefer_reference(estimated_s: float) -> bool:
-    """Whether a kernel call estimated to take ``estimated_s`` in the reference
-    implementation should use it (small, and the reference budget not yet spent)."""
-    return estimated_s <= 0.1 and _reference_spent[0] + estimated_s <= REFERENCE_BUDGET_S
-
-
-def charge_reference(function):
-    """``function`` timed into the reference budget."""
-    def timed(*args):
-        start = time.perf_counter()
-        try:
-            return function(*args)
-        finally:
-            _reference_spent[0] += time.perf_counter() - start
-    return timed

@@ -6,7 +6,7 @@ shuffles), then the shuffle index (one or two). A shuffle's swaps depend only on
 generator's state and the array's length, so ``shuffle(x) == x[shuffle(arange(n))]``,
 and every prefix of a blend draws from the same seed. Prefixes with the same document
 count, epochs and sample counts therefore get the same permutations; seeding a
-generator costs 60-150 us, more than the rest of a small build.
+generator costs more than the rest of a small build.
 
 :func:`document_index` and :func:`shuffle_index` return exactly what
 :func:`tokenloom.index.build_document_index` and :func:`build_shuffle_index` return
@@ -17,27 +17,18 @@ document shuffles; a miss draws them as megatron-core does.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from typing import Any, Optional, Tuple
+from collections.abc import Callable
+from typing import Any, Optional
 
 import numpy
+
+from tokenloom.process_caches import DOCUMENT_DRAWS, SHUFFLE_DRAWS
 
 __all__ = ["MAX_MEMO_ITEMS", "Draws", "document_index", "shuffle_index"]
 
 MAX_MEMO_ITEMS = 1 << 16
-"""Permutations up to this length are memoised."""
-_MAX_ENTRIES = 1024
-_LOCK = threading.Lock()
-_DOCUMENTS: "OrderedDict[tuple, Tuple[numpy.ndarray, dict]]" = OrderedDict()
-_SHUFFLES: "OrderedDict[tuple, numpy.ndarray]" = OrderedDict()
-
-
-def _remember(memo: OrderedDict, key: tuple, value: Any) -> None:
-    with _LOCK:
-        memo[key] = value
-        while len(memo) > _MAX_ENTRIES:
-            memo.popitem(last=False)
+"""Permutations up to this length are memoised (in
+:data:`tokenloom.process_caches.DOCUMENT_DRAWS` and ``SHUFFLE_DRAWS``)."""
 
 
 class Draws:
@@ -46,13 +37,15 @@ class Draws:
 
     __slots__ = ("generator", "key", "state", "seed")
 
-    def __init__(self, generator=None, key: Optional[tuple] = None, state=None,
+    def __init__(self, generator: Optional[numpy.random.RandomState] = None,
+                 key: Optional[tuple[Any, ...]] = None, state: Any = None,
                  seed: int = 0) -> None:
         self.generator, self.key, self.state, self.seed = generator, key, state, seed
 
 
 def document_index(indices: numpy.ndarray, num_epochs: int, separate_final_epoch: bool,
-                   random_seed: int, seeded) -> Tuple[numpy.ndarray, Draws]:
+                   random_seed: int, seeded: Callable[[int], numpy.random.RandomState]
+                   ) -> tuple[numpy.ndarray, Draws]:
     """``build_document_index(indices, num_epochs, RandomState(random_seed),
     separate_final_epoch)`` and the :class:`Draws` for :func:`shuffle_index`;
     ``seeded(seed)`` gives a generator in the state of ``RandomState(seed)``."""
@@ -64,32 +57,31 @@ def document_index(indices: numpy.ndarray, num_epochs: int, separate_final_epoch
         generator = seeded(random_seed)
         return build_document_index(indices, num_epochs, generator, separate), Draws(generator)
     key = (int(random_seed), count, int(num_epochs), separate)
-    with _LOCK:
-        known = _DOCUMENTS.get(key)
+    known = DOCUMENT_DRAWS.get(key)
     if known is None:
         generator = seeded(random_seed)
         positions = build_document_index(numpy.arange(count, dtype=numpy.int32), num_epochs,
                                          generator, separate)
         known = (positions, generator.get_state(legacy=False))
-        _remember(_DOCUMENTS, key, known)
+        DOCUMENT_DRAWS.put(key, known)
     return indices[known[0]], Draws(key=key, state=known[1], seed=int(random_seed))
 
 
-def shuffle_index(draws: Draws, num_samples: int, total_size: int, seeded) -> numpy.ndarray:
+def shuffle_index(draws: Draws, num_samples: int, total_size: int,
+                  seeded: Callable[[int], numpy.random.RandomState]) -> numpy.ndarray:
     """``build_shuffle_index(num_samples, total_size, generator)`` with the generator
     where the document shuffles of ``draws`` left it."""
     from tokenloom.index import build_shuffle_index
 
     if draws.generator is not None:
         return build_shuffle_index(num_samples, total_size, draws.generator)
-    full = draws.key + (int(num_samples), int(total_size))
-    with _LOCK:
-        known = _SHUFFLES.get(full)
+    full = tuple(draws.key or ()) + (int(num_samples), int(total_size))
+    known = SHUFFLE_DRAWS.get(full)
     if known is None:
         generator = seeded(draws.seed)
         generator.set_state(draws.state)
         known = build_shuffle_index(num_samples, total_size, generator)
         if total_size > MAX_MEMO_ITEMS:
             return known
-        _remember(_SHUFFLES, full, known)
+        SHUFFLE_DRAWS.put(full, known)
     return known.copy()

@@ -6,35 +6,41 @@
 gathered tokens into megatron-core's fields (tokens, labels, loss_mask, position_ids,
 optional attention_mask) with vectorised numpy and precomputed constants: the general,
 readable path. ``SampleMaker.bind`` picks, once per dataset, the function that serves
-``dataset[idx]``: the numba kernel ``_batch_kernel.fill_sample`` writing the four fields
-straight from the mmapped ``.bin`` (``fast_fetch``) whenever it can produce every field
-asked for, else the general path (``general_fetch``). Property tests prove they agree.
+``dataset[idx]``: the numba kernel ``tokenloom.kernels.batch.fill_sample`` writing the
+four fields straight from the mmapped ``.bin`` (``fast_fetch``) whenever it can produce
+every field asked for, else the general path (``general_fetch``). Property tests prove
+they agree. Before binding, the index arrays are checked against the dataset's
+documents (:func:`tokenloom.index.validate.check_gpt_indices`), so no path reads
+outside the ``.bin`` whatever a cache entry holds.
 """
 
 from __future__ import annotations
 
 import operator
-from typing import Callable, Dict, Optional, Tuple
+from collections.abc import Callable
+from typing import Optional, cast
 
 import numpy
 
-from tokenloom.errors import ConfigError, FormatError
 from tokenloom.datasets.masks import (
     causal_attention_mask,
     document_boundaries,
     ltor_masks_and_position_ids,
 )
+from tokenloom.errors import ConfigError, FormatError
+from tokenloom.index.validate import check_gpt_indices, sample_position
+from tokenloom.kernels import KERNELS, compiled_entry, read_only
 
-__all__ = ["TokenSource", "SampleMaker", "fast_fetch", "general_fetch", "sample_arguments"]
+__all__ = ["TokenSource", "SampleMaker", "fast_fetch", "general_fetch", "sample_arguments",
+           "sample_position"]
 
 _UNBOUND = object()
 
 GENERAL_SAMPLES_BEFORE_WAIT = 256
 """Samples ``fast_fetch`` serves by the general path while its kernel loads in the
-background; the next one waits for the load. The general path is several times slower
-than the kernel (more while the loading thread competes for the GIL), so a reader of
-many samples is better off waiting than serving them all that way, while the first
-samples still come at once."""
+background (:data:`tokenloom.kernels.KERNELS`); the next one waits for the load. A
+reader of many samples is better off waiting than serving them all by the slower
+general path, while the first samples still come at once."""
 
 
 class TokenSource:
@@ -42,37 +48,31 @@ class TokenSource:
 
     def __init__(self, dataset) -> None:
         self.dataset = dataset
-        self.lengths = numpy.asarray(dataset.sequence_lengths)
+        self.lengths = read_only(numpy.asarray(dataset.sequence_lengths))
         tokens = getattr(dataset, "tokens", None)
         multimodal = getattr(dataset, "multimodal", False)
-        self.tokens = None if multimodal else tokens
+        self.tokens = None if multimodal or tokens is None else read_only(tokens)
         if self.tokens is not None:
-            self.pointers = numpy.asarray(dataset.sequence_pointers)
+            self.pointers = read_only(numpy.asarray(dataset.sequence_pointers))
             self.itemsize = self.tokens.dtype.itemsize
             info = numpy.iinfo(self.tokens.dtype) if self.tokens.dtype.kind in "iu" else None
             self.value_range = None if info is None else (int(info.min), int(info.max))
         else:
             self.pointers, self.itemsize, self.value_range = None, 0, None
-        # Set by load_kernels(), usually from a background thread (see _warmup).
+        # Set by load_kernels(), usually from the kernel loader's background thread.
         self.kernel = self.sample_kernel = None
 
     @property
     def may_use_kernels(self) -> bool:
         """Whether the numba kernels can serve this source (once loaded)."""
-        if self.tokens is None:
-            return False
-        from tokenloom.datasets._batch import kernels_available
-
-        return kernels_available()
+        return self.tokens is not None and KERNELS.available()
 
     def load_kernels(self, document_index: numpy.ndarray, sample_index: numpy.ndarray,
                      shuffle_index: numpy.ndarray, params: numpy.ndarray, seq: int) -> None:
         """Import the kernels and call each once on sample 0 of these indices, into
         buffers shaped exactly as the real calls' (this loads the machine code for these
         dtypes), then publish them to the fetchers."""
-        from tokenloom.datasets._batch import kernels
-
-        module = kernels()
+        module = KERNELS.get("batch")
         if module is None or self.tokens is None:
             return
         if sample_index.shape[0] >= 2 and shuffle_index.shape[0]:
@@ -101,7 +101,8 @@ class TokenSource:
         return FormatError(
             f"{prefix}.idx: sequence {doc} has pointer {int(self.pointers[doc])} and length "
             f"{int(self.lengths[doc])}, which is negative, not a multiple of the "
-            f"{self.itemsize}-byte dtype or past the end of the {self.tokens.nbytes}-byte "
+            f"{self.itemsize}-byte dtype or past the end of the "
+            f"{0 if self.tokens is None else self.tokens.nbytes}-byte "
             f"{prefix}.bin; the .idx is corrupt or belongs to another .bin: rebuild the pair")
 
     def may_contain(self, value: int) -> bool:
@@ -162,6 +163,7 @@ class SampleMaker:
         self.causal = None
         self.bound = _UNBOUND  # the index arrays ``fetch`` was bound to (see ``bind``)
         self.fetch: Optional[Callable] = None
+        self.checked: Optional[tuple[numpy.ndarray, ...]] = None  # see check_indices
         if config.create_attention_mask:
             try:
                 self.causal = causal_attention_mask(self.seq)
@@ -172,7 +174,7 @@ class SampleMaker:
                     "create_attention_mask=False (the causal mask is implied)") from None
             self.causal.flags.writeable = False
 
-    def split_text(self, text: numpy.ndarray) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    def split_text(self, text: numpy.ndarray) -> tuple[numpy.ndarray, numpy.ndarray]:
         """``(tokens, labels)`` from the ``seq + extra`` gathered tokens."""
         if self.extra:
             return text[:-1], text[1:].copy()
@@ -192,7 +194,7 @@ class SampleMaker:
         return (attention if per_sample_attention else self.causal), loss_mask, positions
 
     def make(self, text: numpy.ndarray, filled: int, parts: Optional[numpy.ndarray],
-             is_padding_sample: bool) -> Dict[str, numpy.ndarray]:
+             is_padding_sample: bool) -> dict[str, numpy.ndarray]:
         """The sample dict (megatron-core's field names and dtypes) from the gathered
         ``text`` whose first ``filled`` tokens are data and the rest pad."""
         tokens, labels = self.split_text(text)
@@ -211,8 +213,9 @@ class SampleMaker:
         sample["position_ids"] = positions
         if self.config.return_cu_seqlens:
             if filled < text.shape[0]:
-                parts = numpy.append(parts, text.shape[0] - filled)
-            sample["cu_seqlens"], sample["max_seqlen"] = document_boundaries(parts, self.seq)
+                parts = numpy.append(cast(numpy.ndarray, parts), text.shape[0] - filled)
+            sample["cu_seqlens"], sample["max_seqlen"] = document_boundaries(
+                cast(numpy.ndarray, parts), self.seq)
         return sample
 
     def fast_path_applies(self, source: TokenSource) -> bool:
@@ -226,15 +229,36 @@ class SampleMaker:
              sample_index: numpy.ndarray, shuffle_index: numpy.ndarray, count: int,
              bound: object) -> Callable:
         """Set (and return) ``self.fetch``: ``fetch(idx) -> sample dict`` over these
-        indices; ``bound`` (the owner's index container) marks what it was bound to."""
+        indices (checked first, see :meth:`check_indices`); ``bound`` (the owner's
+        index container) marks what it was bound to."""
+        self.check_indices(source, document_index, sample_index, shuffle_index, count)
         make = fast_fetch if self.fast_path_applies(source) else general_fetch
-        self.fetch = make(self, source, document_index, sample_index, shuffle_index, count)
+        self.fetch = make(self, source, read_only(document_index), read_only(sample_index),
+                          read_only(shuffle_index), count)
         self.bound = bound
         return self.fetch
 
+    def check_indices(self, source: TokenSource, document_index: numpy.ndarray,
+                      sample_index: numpy.ndarray, shuffle_index: numpy.ndarray,
+                      count: int) -> None:
+        """Check the index arrays against ``source``'s documents once per set of arrays
+        (CacheError when they do not fit, see :func:`check_gpt_indices`)."""
+        arrays = (document_index, sample_index, shuffle_index)
+        if self.checked is not None and all(a is b for a, b in zip(arrays, self.checked)):
+            return
+        check_gpt_indices(document_index, sample_index, shuffle_index, source.lengths,
+                          self.seq, self.extra, count, self.describe_indices(source))
+        self.checked = arrays
+
+    def describe_indices(self, source: TokenSource) -> str:
+        """Names the indices of this dataset in an error: its prefix and cache folder."""
+        prefix = getattr(source.dataset, "path_prefix", type(source.dataset).__name__)
+        folder = self.config.path_to_cache or f"{prefix}/cache"
+        return f"the GPTDataset index cache in {folder} for {prefix}"
+
     def general_sample(self, source: TokenSource, document_index: numpy.ndarray,
                        sample_index: numpy.ndarray, row: int,
-                       is_padding_sample: bool) -> Dict[str, numpy.ndarray]:
+                       is_padding_sample: bool) -> dict[str, numpy.ndarray]:
         """Sample ``row`` of the sample index by the general (readable) path."""
         text = numpy.empty(self.seq + self.extra, dtype=numpy.int64)
         filled = source.gather(document_index, sample_index, row, self.extra, self.pad, text)
@@ -250,19 +274,6 @@ def _fits_int64(value) -> bool:
         return -2**63 <= operator.index(value) < 2**63
     except TypeError:
         return False
-
-
-def sample_position(idx, count: int) -> int:
-    """``idx`` (an integer, negative from the end) as a position in ``[0, count)``."""
-    try:
-        k = operator.index(idx)  # int() would turn 1.7 or "1" into a sample silently
-    except TypeError:
-        raise TypeError(f"sample index must be an integer or None, got {idx!r}") from None
-    if k < 0:
-        k += count
-    if not 0 <= k < count:
-        raise IndexError(f"sample index {idx} out of range for {count} samples")
-    return k
 
 
 def general_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.ndarray,
@@ -298,11 +309,11 @@ def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.nd
     """``fetch(idx)`` by the ``fill_sample`` kernel: four fresh arrays per call, no
     intermediate buffer; everything per-dataset is looked up here, once.
 
-    Until the kernels are loaded (in a background thread unless ``background`` is
-    False, see :mod:`tokenloom.datasets._warmup`) samples come from the general path.
-    The kernel is then called through its compiled entry point for exactly these
-    argument types (:func:`~tokenloom.datasets._batch.compiled_entry`): every array
-    passed is one of the arrays bound here or a fresh ``numpy.empty`` made the same way.
+    Until the kernels are loaded (by :data:`tokenloom.kernels.KERNELS`'s background
+    thread unless ``background`` is False) samples come from the general path. The
+    kernel is then called through its compiled entry point for exactly these argument
+    types (:func:`tokenloom.kernels.compiled_entry`): every array passed is one of the
+    arrays bound here or a fresh ``numpy.empty`` made the same way.
     """
     config, seq, empty, int64, float32 = maker.config, maker.seq, numpy.empty, numpy.int64, numpy.float32
     params = kernel_params(maker, source)
@@ -312,26 +323,21 @@ def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.nd
     arguments = (source, document_index, sample_index, shuffle_index, params, seq)
     if source.sample_kernel is None:
         _load(source, arguments, background)
-    index, kernel, served = operator.index, None, 0
+    kernel, served = None, 0
 
     def fetch(idx):
         nonlocal kernel, served
         if kernel is None:
-            if source.sample_kernel is None:
+            loaded = source.sample_kernel
+            if loaded is None:
                 served += 1
                 if served <= GENERAL_SAMPLES_BEFORE_WAIT or not _wait_for_load(source):
                     return slow(idx)
-            kernel = _entry(source.sample_kernel, arguments)
+                loaded = source.sample_kernel
+            kernel = _entry(cast(Callable, loaded), arguments)
         k = 0
-        if idx is not None:
-            try:
-                k = index(idx)
-            except TypeError:
-                k = sample_position(idx, count)  # raises the TypeError
-            if k < 0:
-                k += count
-            if not 0 <= k < count:
-                sample_position(idx, count)  # raises the IndexError
+        if idx is not None:  # the common case inline, the rest (and errors) validated
+            k = idx if type(idx) is int and 0 <= idx < count else sample_position(idx, count)
         out_tokens, out_labels = empty(seq, int64), empty(seq, int64)
         loss_mask, position_ids = empty(seq, float32), empty(seq, int64)
         bad = kernel(tokens, pointers, lengths, document_index, sample_index, shuffle_index, k,
@@ -349,28 +355,25 @@ def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.nd
 
 
 def _load(source: TokenSource, arguments: tuple, background: bool) -> None:
-    """Load the kernels for ``fast_fetch`` (in a background thread unless asked not to)."""
-    from tokenloom.datasets import _warmup
+    """Load the kernels for ``fast_fetch`` (in the loader's background thread unless
+    asked not to)."""
+    def load() -> None:
+        source.load_kernels(*arguments[1:])
 
-    load = lambda: source.load_kernels(*arguments[1:])  # noqa: E731
-    if background and not _warmup.synchronous():
-        _warmup.start(load)
+    if background:
+        KERNELS.submit(load)
     else:
         load()
 
 
 def _wait_for_load(source: TokenSource) -> bool:
     """Join the pending background loads; whether ``source``'s kernel is loaded now."""
-    from tokenloom.datasets import _warmup
-
-    _warmup.wait()
+    KERNELS.join()
     return source.sample_kernel is not None
 
 
-def _entry(kernel, arguments: tuple):
+def _entry(kernel: Callable, arguments: tuple) -> Callable:
     """``kernel``'s compiled entry point for ``fast_fetch``'s argument types."""
-    from tokenloom.datasets._batch import compiled_entry
-
     entry = compiled_entry(kernel, sample_arguments(*arguments))
     if entry is kernel:  # the dispatcher: ``k`` as a plain int (a bool would recompile)
         return lambda *args: kernel(*args[:6], int(args[6]), *args[7:])

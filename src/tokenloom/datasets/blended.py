@@ -24,18 +24,23 @@ from __future__ import annotations
 import logging
 import operator
 from collections import OrderedDict
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional, Union
 
 import numpy
 
 from tokenloom.cache import CacheKey, IndexCache
+from tokenloom.cache.indices import CachedIndices
+from tokenloom.datasets._batch import BATCH_FIELDS, allocate_batch
 from tokenloom.datasets.megatron_dataset import MegatronDescription
 from tokenloom.datasets.split import Split, normalize
-from tokenloom.errors import CacheError, ConfigError
+from tokenloom.errors import ConfigError
+from tokenloom.index import build_blending_indices, build_exhaustive_blending_indices
+from tokenloom.index.validate import check_blended_indices
 
 # Not a torch.utils.data.Dataset subclass on purpose: a map-style dataset only
-# needs __len__/__getitem__ for DataLoader, and importing torch costs ~1.5 s of
-# start-up that the core (numpy only) must not pay.
+# needs __len__/__getitem__ for DataLoader, and the core (numpy only) must not import
+# torch.
 
 __all__ = ["BlendedDataset", "BLENDED_INDEX_NAMES"]
 
@@ -49,7 +54,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, (int, numpy.integer)) and not isinstance(value, (bool, numpy.bool_))
 
 
-def _check_weights(weights: Sequence[Union[int, float]], size: Optional[int]) -> List:
+def _check_weights(weights: Sequence[Union[int, float]], size: Optional[int]) -> list:
     weights = list(weights)
     kinds = {_is_int(w) for w in weights}
     if len(kinds) > 1:
@@ -80,9 +85,10 @@ def _check_datasets(datasets: Sequence[Any], weights: Sequence[Any]) -> Split:
     if len(kinds) != 1:
         raise ConfigError(f"blended datasets must all be of one class, got {sorted(kinds)}")
     splits = {getattr(d, "index_split", None) for d in datasets}
-    if len(splits) != 1 or not isinstance(next(iter(splits)), Split):
+    split = next(iter(splits))
+    if len(splits) != 1 or not isinstance(split, Split):
         raise ConfigError(f"blended datasets must all belong to one split, got {splits}")
-    return next(iter(splits))
+    return split
 
 
 def _identity(dataset: Any) -> Any:
@@ -121,15 +127,13 @@ class BlendedDataset(MegatronDescription):
         self.config = config
         self.build_if_missing = bool(build_if_missing)
         self._describe()
-        self._arrays: Optional[Dict[str, numpy.ndarray]] = None
-        self._lazy = None
         self.cache: Optional[IndexCache] = None
         self.cache_key: Optional[CacheKey] = None
-        self._acquire_indices()
+        self.cached_indices = self._acquire_indices()
 
     # -- identity and cache ----------------------------------------------------------
     def _describe(self) -> None:
-        ids: "OrderedDict[str, Any]" = OrderedDict()
+        ids: OrderedDict[str, Any] = OrderedDict()
         ids["class"] = type(self).__name__
         ids["datasets"] = [d.unique_identifiers for d in self.datasets]
         ids["split"] = self.split.name
@@ -138,55 +142,49 @@ class BlendedDataset(MegatronDescription):
         self.unique_identifiers = ids
 
     @property
-    def cache_identifiers(self) -> "OrderedDict[str, Any]":
+    def cache_identifiers(self) -> OrderedDict[str, Any]:
         """megatron-core's identifiers, with the datasets' full cache identities."""
         ids = OrderedDict(self.unique_identifiers)
         ids["datasets"] = [_identity(d) for d in self.datasets]
         ids["num_datasets"] = len(self.datasets)
         return ids
 
-    def _acquire_indices(self) -> None:
+    def _acquire_indices(self) -> CachedIndices:
         directory = getattr(self.config, "path_to_cache", None)
+        cache = key = None
         if not directory:
             logger.warning("path_to_cache is None: the BlendedDataset indices are not cached")
-            self._arrays = self._build()
-            return
-        cache = IndexCache(directory)
-        key = CacheKey(type(self).__name__, self.split.name, self.cache_identifiers)
-        self.cache, self.cache_key = cache, key
-        if getattr(self.config, "defer_npy_index_mmap", False) and cache.exists(key, BLENDED_INDEX_NAMES):
-            self._lazy = cache.lazy(key, BLENDED_INDEX_NAMES)
-            return
+        else:
+            cache = IndexCache(directory)
+            key = CacheKey(type(self).__name__, self.split.name, self.cache_identifiers)
+            self.cache, self.cache_key = cache, key
         verify = "size" if getattr(self.config, "fast_cache_load", False) else "checksum"
-        arrays = cache.lookup(key, BLENDED_INDEX_NAMES, verify=verify,
-                              on_corrupt="miss" if self.build_if_missing else "raise")
-        if arrays is not None:
-            self._lazy = cache.lazy(key, BLENDED_INDEX_NAMES)
-            self._arrays = {name: numpy.asarray(array) for name, array in arrays.items()}
-            return
-        if not self.build_if_missing:
-            cache.load(key, BLENDED_INDEX_NAMES)  # raises CacheError naming the missing file
-            raise CacheError(f"index cache {cache.description_path(key)} could not be used")
-        self._arrays = self._build()
-        cache.store(key, self._arrays)
+        indices = CachedIndices(BLENDED_INDEX_NAMES, cache, key, self._build, self._where,
+                                verify=verify, can_build=self.build_if_missing,
+                                validate=self._check_cached)
+        if cache is not None and key is not None \
+                and getattr(self.config, "defer_npy_index_mmap", False) \
+                and cache.exists(key, BLENDED_INDEX_NAMES):
+            indices.defer(verify="size")
+        else:
+            indices.load_or_build()
+        return indices
 
-    def _build(self) -> Dict[str, numpy.ndarray]:
-        from tokenloom.datasets._gpt_indices import charge_reference, prefer_reference
-        from tokenloom.index import build_blending_indices, build_exhaustive_blending_indices
-        from tokenloom.index import reference
-        from tokenloom.index.blending import build_blending_indices_numpy
+    def _where(self) -> str:
+        return (f"the {self.split.name} {type(self).__name__} of {len(self.datasets)} "
+                "datasets")
 
+    def _check_cached(self, arrays: dict[str, numpy.ndarray], where: str) -> None:
+        """Cached indices must name existing datasets and samples (CacheError if not)."""
+        check_blended_indices(arrays["dataset_index"], arrays["dataset_sample_index"],
+                              [len(dataset) for dataset in self.datasets], len(self), where)
+
+    def _build(self) -> dict[str, numpy.ndarray]:
         logger.info("Build the %s %s indices", type(self).__name__, self.split.name)
-        size = self.size if self.size is not None else sum(self.weights)
-        if prefer_reference(size * (3e-6 + 4e-9 * len(self.datasets))):  # numba not worth loading
-            blend = charge_reference(build_blending_indices_numpy)
-            exhaustive = charge_reference(reference.build_exhaustive_blending_indices)
-        else:
-            blend, exhaustive = build_blending_indices, build_exhaustive_blending_indices
         if self.size is not None:
-            arrays = blend(numpy.asarray(self.weights, numpy.float64), self.size)
+            arrays = build_blending_indices(numpy.asarray(self.weights, numpy.float64), self.size)
         else:
-            arrays = exhaustive(numpy.asarray(self.weights, numpy.int64))
+            arrays = build_exhaustive_blending_indices(numpy.asarray(self.weights, numpy.int64))
         self._check_not_oversampled(arrays[0])
         return dict(zip(BLENDED_INDEX_NAMES, arrays))
 
@@ -207,9 +205,7 @@ class BlendedDataset(MegatronDescription):
 
     # -- the two indices -------------------------------------------------------------
     def _index(self, name: str) -> numpy.ndarray:
-        if self._arrays is None:
-            self._arrays = {n: numpy.asarray(self._lazy[n]) for n in BLENDED_INDEX_NAMES}
-        return self._arrays[name]
+        return self.cached_indices.arrays()[name]
 
     @property
     def dataset_index(self) -> numpy.ndarray:
@@ -224,10 +220,18 @@ class BlendedDataset(MegatronDescription):
     @property
     def indices_loaded(self) -> bool:
         """Whether the indices are in memory/mmapped (False while deferred)."""
-        return self._arrays is not None
+        return self.cached_indices.loaded
 
     def __len__(self) -> int:
         return int(self.size if self.size is not None else sum(self.weights))
+
+    def __repr__(self) -> str:
+        """What this blend is: split, samples, weights and each part's own repr (prefix,
+        split, samples, epochs)."""
+        weights = ", ".join(f"{weight:.4g}" for weight in self.weights)
+        parts = ", ".join(repr(dataset) for dataset in self.datasets)
+        return (f"{type(self).__name__}(split={self.split.name}, samples={len(self)}, "
+                f"weights=[{weights}], datasets=[{parts}])")
 
     # -- samples ---------------------------------------------------------------------
     def _position(self, idx: Any) -> int:
@@ -240,7 +244,7 @@ class BlendedDataset(MegatronDescription):
             raise IndexError(f"sample index {idx} out of range for {count} blended samples")
         return k + count if k < 0 else k
 
-    def __getitem__(self, idx: int) -> Dict[str, Any]:
+    def __getitem__(self, idx: int) -> dict[str, Any]:
         """``{"dataset_id": ..., **datasets[dataset_id][dataset_sample_id]}``."""
         k = self._position(idx)
         dataset_id = self.dataset_index[k]
@@ -248,7 +252,7 @@ class BlendedDataset(MegatronDescription):
                 **self.datasets[dataset_id][self.dataset_sample_index[k]]}
 
     def get_batch(self, indices: Sequence[Optional[int]],
-                  out: Optional[Mapping[str, numpy.ndarray]] = None) -> Dict[str, numpy.ndarray]:
+                  out: Optional[Mapping[str, numpy.ndarray]] = None) -> dict[str, numpy.ndarray]:
         """``[B, seq]`` arrays for many blended samples, plus ``dataset_id`` ``[B]`` (int16).
 
         Each contributing dataset fills its own rows with its ``get_batch`` (row by row
@@ -269,17 +273,9 @@ class BlendedDataset(MegatronDescription):
                 array[where] = part[name]
         return {**out, "dataset_id": ids}
 
-    # -- pickling (DataLoader workers) -------------------------------------------------
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        if state.get("_lazy") is not None:
-            state["_arrays"] = None  # reopen the cached indices by mmap in the worker
-        return state
 
-
-def _batch_arrays(batch: int, seq: int, out: Optional[Mapping[str, numpy.ndarray]]):
-    from tokenloom.datasets._batch import BATCH_FIELDS, allocate_batch
-
+def _batch_arrays(batch: int, seq: int,
+                  out: Optional[Mapping[str, numpy.ndarray]]) -> dict[str, numpy.ndarray]:
     if out is None:
         return allocate_batch(batch, seq)
     checked = {}
@@ -293,11 +289,10 @@ def _batch_arrays(batch: int, seq: int, out: Optional[Mapping[str, numpy.ndarray
     return checked
 
 
-def _sub_batch(dataset: Any, wanted: List[Optional[int]]) -> Dict[str, numpy.ndarray]:
+def _sub_batch(dataset: Any, wanted: list[Optional[int]]) -> dict[str, numpy.ndarray]:
     """A contributing dataset's rows, by its ``get_batch`` or sample by sample."""
     if hasattr(dataset, "get_batch"):
         return dataset.get_batch(wanted)
-    from tokenloom.datasets._batch import BATCH_FIELDS
 
     samples = [dataset[i] for i in wanted]
     return {name: numpy.stack([numpy.asarray(s[name]) for s in samples]) for name in BATCH_FIELDS}

@@ -15,6 +15,7 @@ which becomes a :class:`SimpleTokenizer`.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -59,6 +60,27 @@ class SimpleTokenizer:
             [("class", type(self).__name__), ("vocab_size", self.vocab_size),
              ("eod", self.eod), ("pad", self.pad)]
         )
+
+
+def _check_special_ids(tokenizer, vocab_size) -> None:
+    """ConfigError when ``eod``/``pad`` is not an id of the vocabulary (pad -1 is allowed:
+    Megatron's "no pad token")."""
+    for name in ("eod", "pad"):
+        try:
+            value = getattr(tokenizer, name, None)
+        except Exception:  # noqa: BLE001 - Megatron tokenizers raise NotImplementedError
+            continue
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ConfigError(f"tokenizer.{name} = {value!r}: a token id must be an integer")
+        value = int(value)
+        too_big = isinstance(vocab_size, numbers.Integral) and value >= int(vocab_size)
+        if too_big or value < -1 or (value == -1 and name == "eod"):
+            raise ConfigError(
+                f"tokenizer.{name} = {value} is not a token id of the vocabulary (vocab_size "
+                f"{vocab_size}): samples would hold an id the model has no embedding for; fix "
+                f"the tokenizer's {name} or its vocab_size")
 
 
 @dataclass
@@ -126,7 +148,7 @@ class BlendedMegatronDatasetConfig:
         if self.path_to_cache is not None:
             self.path_to_cache = os.fspath(self.path_to_cache)
         if self.tokenizer is not None:
-            self.tokenizer = checks.coerce_tokenizer(self.tokenizer)
+            self.tokenizer = checks.coerce_tokenizer(self.tokenizer, SimpleTokenizer)
         self._check_fast_paths()
         if self.blend_per_split is not None and any(self.blend_per_split):
             self._check_blend_per_split()
@@ -225,6 +247,11 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     object_storage_cache_path: Optional[str] = None
     """Local directory caching ``.idx`` files of s3:// or msc:// datasets."""
 
+    object_storage_config: Optional[object] = None
+    """tokenloom extension: a :class:`tokenloom.storage.ObjectStorageConfig` for s3:// and
+    msc:// prefixes (chunk size, read-ahead, cached chunks, endpoint, retries); its
+    ``path_to_idx_cache`` is replaced by ``object_storage_cache_path`` when that is set."""
+
     data_parallel_size: int = 1
     """Data parallel size (kept for Megatron compatibility)."""
 
@@ -270,6 +297,7 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
         if self.context_parallel_size is not None:
             checks.check_int("context_parallel_size", self.context_parallel_size, 1)
         vocab_size = self.tokenizer.vocab_size
+        _check_special_ids(self.tokenizer, vocab_size)
         self.token_dtype_code = None if vocab_size is None else (4 if vocab_size > 65536 else 8)
         self._check_sequences_per_dataset()
         checks.check_object_storage(self)

@@ -13,7 +13,7 @@ import json
 import warnings
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 import numpy
 
@@ -27,19 +27,18 @@ PAD_TOKEN_ID = -1
 """Pad id used when the tokenizer has none: guaranteed absent from token data."""
 
 # Not a torch.utils.data.Dataset subclass on purpose: a map-style dataset only
-# needs __len__/__getitem__ for DataLoader, and importing torch costs ~1.5 s of
-# start-up that the core (numpy only) must not pay.
+# needs __len__/__getitem__ for DataLoader, and the core (numpy only) must not import
+# torch.
 
 
 class MegatronDescription:
     """megatron-core's ``unique_description`` and its MD5, from ``unique_identifiers``.
 
     megatron-core computes both in ``__init__``; here they are computed on first
-    access, because the indented JSON costs ~30 us per dataset (a third of a warm start
-    over many prefixes) and tokenloom's caches key on ``cache_identifiers`` instead.
+    access (tokenloom's caches key on ``cache_identifiers`` instead).
     """
 
-    unique_identifiers: "OrderedDict[str, Any]"
+    unique_identifiers: OrderedDict[str, Any]
 
     @property
     def unique_description(self) -> str:
@@ -87,7 +86,7 @@ class MegatronDataset(MegatronDescription, ABC):
         self.index_split = index_split
         self.config = config
 
-        self.unique_identifiers: "OrderedDict[str, Any]" = OrderedDict()
+        self.unique_identifiers: OrderedDict[str, Any] = OrderedDict()
         self.unique_identifiers["class"] = type(self).__name__
         self.unique_identifiers["dataset_path"] = self.dataset_path
         self.unique_identifiers["num_samples"] = self.num_samples
@@ -97,7 +96,7 @@ class MegatronDataset(MegatronDescription, ABC):
         self._pad_token_id = resolve_pad_token_id(config.tokenizer, config.allow_ambiguous_pad_tokens)
 
     @property
-    def cache_identifiers(self) -> "OrderedDict[str, Any]":
+    def cache_identifiers(self) -> OrderedDict[str, Any]:
         """Megatron's identifiers plus every other input that shapes the indices."""
         return OrderedDict(self.unique_identifiers)
 
@@ -112,7 +111,7 @@ class MegatronDataset(MegatronDescription, ABC):
         raise NotImplementedError
 
     @staticmethod
-    def _key_config_attributes() -> List[str]:
+    def _key_config_attributes() -> list[str]:
         """Config attributes in megatron-core's description (and cache key)."""
         return ["random_seed", "sequence_length", "split", "split_matrix", "tokenizer"]
 
@@ -121,7 +120,7 @@ class MegatronDataset(MegatronDescription, ABC):
         """Number of samples."""
 
     @abstractmethod
-    def __getitem__(self, idx: Optional[int]) -> Dict[str, numpy.ndarray]:
+    def __getitem__(self, idx: Optional[int]) -> dict[str, numpy.ndarray]:
         """One sample as a dict of arrays."""
 
 

@@ -11,6 +11,8 @@ from tokenloom.format.bin_readers import (
     register_bin_reader,
 )
 from tokenloom.format.dtypes import DType, optimal_dtype
+from tokenloom.format.identity import file_identity
+from tokenloom.format.lazy import LazyIndexedDataset, PairFacts
 from tokenloom.format.reader import IndexedDataset, IndexOutOfRangeError
 from tokenloom.format.spec import (
     INDEX_MAGIC,
@@ -34,6 +36,9 @@ __all__ = [
     "INDEX_VERSION",
     "IndexedDataset",
     "IndexedDatasetBuilder",
+    "LazyIndexedDataset",
+    "PairFacts",
+    "file_identity",
     "BinReader",
     "MMapBinReader",
     "FileBinReader",

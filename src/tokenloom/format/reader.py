@@ -11,27 +11,41 @@ from __future__ import annotations
 
 import operator
 import os
-from typing import List, Optional, Tuple, Union
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Optional, Union
 
 import numpy
 
 from tokenloom.errors import FormatError
+from tokenloom.format import remote
 from tokenloom.format.bin_readers import (
     BinReader,
     make_bin_reader,
     resolve_index_path,
 )
-from tokenloom.format._mapping import map_readonly, release
-from tokenloom.format.dtypes import DType
+from tokenloom.format.identity import identity_of
+from tokenloom.format.index_file import IndexFile, check_document_indices
+from tokenloom.format.open_checks import run_open_checks
+from tokenloom.format.publish import reading
 from tokenloom.format.spec import (
-    HEADER_SIZE,
-    IndexHeader,
-    detect_layout,
     get_bin_path,
     get_idx_path,
-    open_regular_file,
-    unpack_header,
 )
+
+
+def _open_local(path_prefix, multimodal, mmap, object_storage_config, sequences_per_dataset,
+                dtype_code, fast_cache_load) -> tuple[IndexFile, BinReader]:
+    idx_path = resolve_index_path(get_idx_path(path_prefix), object_storage_config)
+    with reading(path_prefix):  # never one file of an old pair and one of a new one
+        index = IndexFile(idx_path, multimodal, sequences_per_dataset, dtype_code,
+                          check_documents=not fast_cache_load)
+        try:
+            reader = make_bin_reader(get_bin_path(path_prefix), mmap, object_storage_config)
+        except BaseException:
+            index.close()
+            raise
+    return index, reader
 
 
 class IndexOutOfRangeError(FormatError, IndexError):
@@ -43,87 +57,6 @@ def _integer(name: str, value) -> int:
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an integer, got {value!r}") from None
-
-
-class IndexFile:
-    """The mapped sections of one ``.idx`` file (validated on construction).
-
-    ``multimodal=None`` detects from the file size whether sequence modes are present.
-    """
-
-    def __init__(self, idx_path: str, multimodal: Optional[bool], sequences_per_dataset=None,
-                 dtype_code: Optional[int] = None, check_documents: bool = True,
-                 data: Optional[bytes] = None) -> None:
-        self.path = idx_path
-        # ``data``: the whole file, already read (a small ``.idx`` read in one call)
-        buffer, size = _map_file(idx_path) if data is None else (data, len(data))
-        header = unpack_header(bytes(buffer[:HEADER_SIZE]), idx_path)
-        _check_expected_header(header, idx_path, sequences_per_dataset, dtype_code)
-        layout = detect_layout(header, size, idx_path, multimodal)
-        self.header = header
-        self.multimodal = multimodal = layout.multimodal
-        count = header.sequence_count
-        self.lengths = numpy.frombuffer(buffer, numpy.int32, count, layout.lengths_offset)
-        self.pointers = numpy.frombuffer(buffer, numpy.int64, count, layout.pointers_offset)
-        self.documents = numpy.frombuffer(buffer, numpy.int64, header.document_count,
-                                          layout.documents_offset)
-        self.modes = (numpy.frombuffer(buffer, numpy.int8, count, layout.modes_offset)
-                      if multimodal else None)
-        self._buffer = buffer
-        check_document_indices(self.documents, count, idx_path, full=check_documents)
-
-    def close(self) -> None:
-        """Drop the sections and unmap (now, or once the last handed-out view dies)."""
-        self.lengths = self.pointers = self.documents = self.modes = None
-        buffer, self._buffer = self._buffer, b""
-        release(buffer)
-
-
-def _map_file(path: str):
-    with open_regular_file(path, "index") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size < HEADER_SIZE:
-            return handle.read(), size
-        return map_readonly(handle, size), size  # holds no descriptor once closed
-
-
-def _check_expected_header(header: IndexHeader, path: str, sequences_per_dataset,
-                           dtype_code) -> None:
-    if sequences_per_dataset is not None:
-        expected = (int(sequences_per_dataset[0]), int(sequences_per_dataset[1]))
-        if expected != (header.sequence_count, header.document_count):
-            raise FormatError(
-                f"{path}: sequences_per_dataset says {expected[0]} sequences and {expected[1]} "
-                f"document index entries, the header says {header.sequence_count} and "
-                f"{header.document_count}; the precomputed counts are stale, rebuild them "
-                "(tokenloom build-sequences-per-dataset)"
-            )
-    if dtype_code is not None and DType.dtype_from_code(dtype_code) is not header.dtype:
-        raise FormatError(
-            f"{path}: dtype_code {dtype_code} ({DType(dtype_code).name}) does not match the "
-            f"header dtype {numpy.dtype(header.dtype).name}"
-        )
-
-
-def check_document_indices(documents: numpy.ndarray, sequence_count: int, path: str,
-                           full: bool = True) -> None:
-    """FormatError unless the document index starts at 0, ends at the sequence count
-    and (with ``full``) never decreases."""
-    if documents.shape[0] == 0:
-        raise FormatError(f"{path}: document index is empty; it must at least hold the leading 0")
-    if documents[0] != 0 or documents[-1] != sequence_count:
-        raise FormatError(
-            f"{path}: document index must start at 0 and end at the sequence count "
-            f"{sequence_count}, but runs from {int(documents[0])} to {int(documents[-1])}"
-        )
-    if full and documents.shape[0] > 2:
-        drops = numpy.flatnonzero(documents[1:] < documents[:-1])
-        if drops.size:
-            at = int(drops[0])
-            raise FormatError(
-                f"{path}: document index is not monotone: entry {at + 1} is "
-                f"{int(documents[at + 1])} after {int(documents[at])}"
-            )
 
 
 def _check_bin_size(index: IndexFile, reader: BinReader, itemsize: int) -> None:
@@ -156,6 +89,13 @@ def _check_back_to_back(prefix: str, pointers: numpy.ndarray, lengths: numpy.nda
             "`tokenloom inspect`)")
 
 
+def _describe_identity(identity: Optional[Mapping[str, Mapping[str, object]]]) -> str:
+    if identity is None:
+        return "unreadable"
+    return "; ".join(f".{part} " + ", ".join(f"{k}={v}" for k, v in fields.items())
+                     for part, fields in identity.items())
+
+
 class IndexedDataset:
     """A tokenised corpus stored as a Megatron ``.bin``/``.idx`` pair.
 
@@ -164,8 +104,9 @@ class IndexedDataset:
         multimodal: whether the ``.idx`` carries a mode per sequence; items are then
             ``(tokens, mode)`` pairs, as in Megatron.
         mmap: memory-map the ``.bin`` (default) or read it with a file pointer.
-        object_storage_config: for ``s3://``/``msc://`` prefixes; the reader for the
-            scheme must be registered (see :func:`register_bin_reader`).
+        object_storage_config: for ``s3://``/``msc://`` prefixes (an
+            :class:`tokenloom.storage.ObjectStorageConfig`, megatron-core's, or a dict); these
+            are read through :mod:`tokenloom.storage` whatever ``mmap`` says.
         s3_config: deprecated alias of ``object_storage_config``.
         fast_cache_load: trust the document index (skip its O(D) monotonicity pass).
         sequences_per_dataset: ``(sequence_count, document_count)`` known in advance; they
@@ -175,7 +116,7 @@ class IndexedDataset:
 
     def __init__(self, path_prefix: str, multimodal: bool = False, mmap: bool = True,
                  object_storage_config=None, s3_config=None, fast_cache_load: bool = False,
-                 sequences_per_dataset: Optional[Tuple[int, int]] = None,
+                 sequences_per_dataset: Optional[tuple[int, int]] = None,
                  dtype_code: Optional[int] = None) -> None:
         self._open(os.fspath(path_prefix) if not isinstance(path_prefix, str) else path_prefix,
                    bool(multimodal), bool(mmap), object_storage_config or s3_config,
@@ -190,14 +131,13 @@ class IndexedDataset:
         self.fast_cache_load = fast_cache_load
         self.sequences_per_dataset = sequences_per_dataset
         self.dtype_code = dtype_code
-        idx_path = resolve_index_path(get_idx_path(path_prefix), object_storage_config)
-        index = IndexFile(idx_path, multimodal, sequences_per_dataset, dtype_code,
-                           check_documents=not fast_cache_load)
-        try:
-            reader = make_bin_reader(get_bin_path(path_prefix), mmap, object_storage_config)
-        except BaseException:
-            index.close()
-            raise
+        if remote.is_remote(path_prefix):  # s3:// or msc://: tokenloom.storage
+            index, reader = remote.open_remote(path_prefix, multimodal, mmap,
+                                               object_storage_config, sequences_per_dataset,
+                                               dtype_code, not fast_cache_load)
+        else:
+            index, reader = _open_local(path_prefix, multimodal, mmap, object_storage_config,
+                                        sequences_per_dataset, dtype_code, fast_cache_load)
         self._index, self.bin_reader = index, reader
         self.dtype = index.header.dtype
         self._itemsize = numpy.dtype(self.dtype).itemsize
@@ -206,20 +146,60 @@ class IndexedDataset:
         self._tokens = reader.tokens(self.dtype)
         self._bin_size = reader.size
         _check_bin_size(index, reader, self._itemsize)
+        run_open_checks(index, reader.size, reader.path, self._itemsize, fast_cache_load)
+        self._identity: Optional[OrderedDict[str, OrderedDict[str, object]]] = None
+        self._bin_stat: Optional[os.stat_result] = None
+        if object_storage_config is None and not path_prefix.startswith(("s3://", "msc://")):
+            try:
+                self._bin_stat = os.stat(get_bin_path(path_prefix))
+            except OSError:
+                pass  # identity unknown (the .bin vanished since it was opened)
+
+    # -- identity -----------------------------------------------------------------------
+    def file_identity(self) -> Optional[OrderedDict[str, OrderedDict[str, object]]]:
+        """The identity (:func:`tokenloom.format.identity.file_identity`) of the pair as
+        opened here: the ``.idx`` digest of the mapped bytes, sizes and mtimes taken at
+        open (object storage: ``.idx`` digest and size, ``.bin`` size and ETag)."""
+        if self._identity is None and remote.is_remote(self.path_prefix):
+            self._identity = remote.remote_identity(self._index, self.bin_reader)
+        if self._identity is None and self._bin_stat is not None:
+            index = self._index
+            stat = None if index is None else index.stat
+            digest = None if index is None else index.digest()
+            if stat is not None and digest is not None:
+                self._identity = identity_of(stat, digest, self._bin_stat)
+        return self._identity
 
     # -- pickling: reopen the files in the receiving process -------------------------
-    def __getstate__(self) -> dict:
-        """Pickle only the constructor arguments; the files are reopened on load."""
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle the constructor arguments and the file identity; the files are
+        reopened on load, and must still be the same."""
         return {
             "path_prefix": self.path_prefix, "multimodal": self.multimodal, "mmap": self.mmap,
             "object_storage_config": self.object_storage_config,
             "fast_cache_load": self.fast_cache_load,
             "sequences_per_dataset": self.sequences_per_dataset, "dtype_code": self.dtype_code,
+            "identity": self.file_identity(),
         }
 
-    def __setstate__(self, state: dict) -> None:
-        """Reopen the pair described by ``state``."""
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Reopen the pair described by ``state``; FormatError naming the file when it is
+        no longer the one pickled (regenerated or edited since)."""
+        state = dict(state)
+        pickled = state.pop("identity", None)
         self._open(**state)
+        if pickled is None:
+            return
+        current = self.file_identity()
+        changed = [f"{self.path_prefix}.{part}" for part in ("idx", "bin")
+                   if current is None or current.get(part) != pickled.get(part)]
+        if changed:
+            self.close()
+            raise FormatError(
+                f"{' and '.join(changed)} changed after this dataset was pickled (in a "
+                f"DataLoader worker: after the parent opened it): the process that pickled "
+                f"it read other files. Was: {_describe_identity(pickled)}; now: "
+                f"{_describe_identity(current)}. Rebuild the datasets over the new files")
 
     # -- lifetime ---------------------------------------------------------------------
     def close(self) -> None:
@@ -236,7 +216,7 @@ class IndexedDataset:
         """Whether :meth:`close` was called."""
         return self._index is None
 
-    def __enter__(self) -> "IndexedDataset":
+    def __enter__(self) -> IndexedDataset:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -288,7 +268,9 @@ class IndexedDataset:
 
     @staticmethod
     def exists(path_prefix: str) -> bool:
-        """Whether both ``.idx`` and ``.bin`` exist at ``path_prefix``."""
+        """Whether both ``.idx`` and ``.bin`` exist at ``path_prefix`` (also s3://, msc://)."""
+        if remote.is_remote(path_prefix):
+            return remote.remote_exists(path_prefix)
         return (os.path.isfile(get_idx_path(path_prefix))
                 and os.path.isfile(get_bin_path(path_prefix)))
 
@@ -376,7 +358,7 @@ class IndexedDataset:
             _check_back_to_back(self.path_prefix, index.pointers[start:stop], lengths,
                                 self._itemsize, start)
             flat = self._read(int(index.pointers[start]), int(lengths.sum(dtype=numpy.int64)))
-            sequences: List[numpy.ndarray] = numpy.split(flat, numpy.cumsum(lengths[:-1]))
+            sequences: list[numpy.ndarray] = numpy.split(flat, numpy.cumsum(lengths[:-1]))
         else:
             sequences = []
         if self.multimodal:

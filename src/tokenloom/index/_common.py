@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Tuple
+from typing import Any
 
 import numpy
 
 from tokenloom.errors import ConfigError
-from tokenloom.index import _validate
+from tokenloom.index import arguments
 
 _INT32_MAX = int(numpy.iinfo(numpy.int32).max)
 _UINT32_MAX = int(numpy.iinfo(numpy.uint32).max)
@@ -67,16 +67,16 @@ def sample_index_plan(
     check_values: bool = True,
 ) -> SamplePlan:
     """Validate the arguments of ``build_sample_index`` and size its output."""
-    sequence_length = _validate.as_int(sequence_length, "sequence_length", minimum=2)
-    num_epochs = _validate.as_int(num_epochs, "num_epochs", minimum=1)
-    tokens_per_epoch = _validate.as_int(tokens_per_epoch, "tokens_per_epoch", minimum=2)
+    sequence_length = arguments.as_int(sequence_length, "sequence_length", minimum=2)
+    num_epochs = arguments.as_int(num_epochs, "num_epochs", minimum=1)
+    tokens_per_epoch = arguments.as_int(tokens_per_epoch, "tokens_per_epoch", minimum=2)
     if sequence_length > _INT32_MAX or num_epochs > _INT32_MAX:
         raise ConfigError(
             f"sequence_length ({sequence_length}) and num_epochs ({num_epochs}) must fit int32"
         )
-    drop_last = bool(_validate.as_flag(drop_last_partial_sequence, "drop_last_partial_sequence"))
-    extra = _validate.as_flag(add_extra_token_to_sequence, "add_extra_token_to_sequence")
-    sizes, documents = _validate.sample_index_inputs(
+    drop_last = bool(arguments.as_flag(drop_last_partial_sequence, "drop_last_partial_sequence"))
+    extra = arguments.as_flag(add_extra_token_to_sequence, "add_extra_token_to_sequence")
+    sizes, documents = arguments.sample_index_inputs(
         sequence_lengths, document_index, check_values
     )
     total_tokens = num_epochs * tokens_per_epoch
@@ -88,10 +88,10 @@ def sample_index_plan(
 
 def document_index_inputs(
     documents: Any, num_epochs: Any, numpy_random_state: Any
-) -> Tuple[numpy.ndarray, int]:
+) -> tuple[numpy.ndarray, int]:
     """Validate the arguments of ``build_document_index``."""
-    documents = _validate.int_array(documents, "documents")
-    num_epochs = _validate.as_int(num_epochs, "num_epochs", minimum=1)
+    documents = arguments.int_array(documents, "documents")
+    num_epochs = arguments.as_int(num_epochs, "num_epochs", minimum=1)
     if not isinstance(numpy_random_state, numpy.random.RandomState):
         raise ConfigError(
             "numpy_random_state must be a numpy.random.RandomState (megatron-core's "
@@ -109,10 +109,10 @@ def document_index_inputs(
 
 def shuffle_index_inputs(
     num_samples: Any, total_size: Any, numpy_random_state: Any
-) -> Tuple[int, int, type]:
+) -> tuple[int, int, type]:
     """Validate the arguments of ``build_shuffle_index``; also returns its dtype."""
-    num_samples = _validate.as_int(num_samples, "num_samples", minimum=0)
-    total_size = _validate.as_int(total_size, "total_size", minimum=0)
+    num_samples = arguments.as_int(num_samples, "num_samples", minimum=0)
+    total_size = arguments.as_int(total_size, "total_size", minimum=0)
     if num_samples > total_size:
         raise ConfigError(
             f"num_samples ({num_samples}) must not exceed total_size ({total_size})"

@@ -12,11 +12,11 @@ directly, e.g. when numba is not installed.
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any
 
 import numpy
 
-from tokenloom.index import _validate
+from tokenloom.index import arguments
 from tokenloom.index._common import (
     document_index_inputs,
     sample_index_plan,
@@ -32,15 +32,15 @@ __all__ = [
 ]
 
 
-def build_blending_indices(weights: Any, size: int) -> Tuple[numpy.ndarray, numpy.ndarray]:
+def build_blending_indices(weights: Any, size: int) -> tuple[numpy.ndarray, numpy.ndarray]:
     """Greedy weighted interleaving of datasets.
 
     Sample ``t`` goes to the dataset whose "error" ``weights[i] * max(t, 1) - count[i]``
     (float64) is largest; on equal errors the lowest dataset id wins.  Returns the
     dataset id (int16) and the running per-dataset sample number (int64) of every sample.
     """
-    weights = _validate.blending_weights(weights)
-    size = _validate.as_int(size, "size", minimum=0)
+    weights = arguments.blending_weights(weights)
+    size = arguments.as_int(size, "size", minimum=0)
     dataset_index = numpy.zeros(size, dtype=numpy.int16)
     dataset_sample_index = numpy.zeros(size, dtype=numpy.int64)
     counts = numpy.zeros(weights.size, dtype=numpy.int64)
@@ -54,13 +54,13 @@ def build_blending_indices(weights: Any, size: int) -> Tuple[numpy.ndarray, nump
     return dataset_index, dataset_sample_index
 
 
-def build_exhaustive_blending_indices(sizes: Any) -> Tuple[numpy.ndarray, numpy.ndarray]:
+def build_exhaustive_blending_indices(sizes: Any) -> tuple[numpy.ndarray, numpy.ndarray]:
     """Interleave exactly ``sizes[i]`` samples of every dataset ``i``.
 
     Same greedy as :func:`build_blending_indices` with weights ``sizes / sum(sizes)``,
     except that a dataset leaves the race once all its samples are placed.
     """
-    sizes = _validate.exhaustive_sizes(sizes)
+    sizes = arguments.exhaustive_sizes(sizes)
     total = int(sizes.sum())
     weights = sizes.astype(numpy.float64) / float(total)
     dataset_index = numpy.zeros(total, dtype=numpy.int16)
@@ -107,7 +107,7 @@ def build_sample_index(
     sizes, documents = plan.sizes, plan.documents
     if int(sizes[documents].sum(dtype=numpy.int64)) != plan.total_tokens:
         plan.raise_token_mismatch(int(sizes[documents].sum(dtype=numpy.int64)))
-    out = numpy.zeros((plan.num_samples + 1, 2), dtype=plan.dtype)
+    out: numpy.ndarray = numpy.zeros((plan.num_samples + 1, 2), dtype=plan.dtype)
     last = documents.size - 1
     position, offset = 0, 0  # where the next sample starts
     for k in range(1, plan.num_samples + 1):
@@ -145,7 +145,7 @@ def build_document_index(
     if not separate_final_epoch or num_epochs == 1:
         index = numpy.mgrid[0:num_epochs, 0 : documents.size][1]
         index[:] = documents
-        index = index.reshape(-1).astype(numpy.int32)
+        index = numpy.asarray(index.reshape(-1).astype(numpy.int32))
         numpy_random_state.shuffle(index)
         return index
     first = build_document_index(documents, num_epochs - 1, numpy_random_state, False)
@@ -160,10 +160,10 @@ def build_shuffle_index(
     num_samples, total_size, dtype = shuffle_index_inputs(
         num_samples, total_size, numpy_random_state
     )
-    first = numpy.arange(0, num_samples, 1, dtype=dtype)
+    first: numpy.ndarray = numpy.arange(0, num_samples, 1, dtype=dtype)
     numpy_random_state.shuffle(first)
     if num_samples == total_size:
         return first
-    last = numpy.arange(num_samples, total_size, 1, dtype=dtype)
+    last: numpy.ndarray = numpy.arange(num_samples, total_size, 1, dtype=dtype)
     numpy_random_state.shuffle(last)
     return numpy.concatenate((first, last))

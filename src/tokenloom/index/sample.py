@@ -1,17 +1,20 @@
 """The GPT sample index: where in the shuffled documents each sample starts.
 
 Same output as megatron-core 0.16.1's ``helpers.build_sample_idx`` (bit for bit,
-including the int32/int64 choice), computed by a numba kernel when numba is installed.
+including the int32/int64 choice): by cumulative sums for short document indices, by
+the one-pass numba kernel otherwise (:mod:`tokenloom.index.dispatch`).
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import numpy
 
-from tokenloom.index import _jit, _validate, reference
-from tokenloom.index._common import sample_index_plan
+from tokenloom.index import arguments, dispatch, reference
+from tokenloom.index._common import SamplePlan, sample_index_plan
+from tokenloom.kernels import KERNELS, read_only
 
 __all__ = ["build_sample_index", "build_sample_index_vectorized", "num_epochs_needed"]
 
@@ -56,25 +59,13 @@ def build_sample_index(
         drop_last_partial_sequence,
         add_extra_token_to_sequence,
     )
-    if _document_count(document_index) <= VECTORIZED_MAX_DOCUMENTS:
+    if dispatch.sample_index_route(document_index) == dispatch.VECTORIZED:
         return build_sample_index_vectorized(*arguments)
-    fast = _jit.kernels("_kernels")
+    fast = KERNELS.get("sample_index")
     if fast is None:
         return reference.build_sample_index(*arguments)
     # the kernel checks document ids and lengths during its single pass
     return _fast_sample_index(fast, sample_index_plan(*arguments, check_values=False))
-
-
-VECTORIZED_MAX_DOCUMENTS = 4096
-"""Document indices up to this length are cut by :func:`build_sample_index_vectorized`
-(a few numpy calls, about 20 us, no numba to load); longer ones by the numba kernel."""
-
-
-def _document_count(document_index: Any) -> int:
-    shape = getattr(document_index, "shape", None)
-    if shape is not None and len(shape) == 1:
-        return int(shape[0])
-    return VECTORIZED_MAX_DOCUMENTS + 1  # let the checked paths report odd inputs
 
 
 def build_sample_index_vectorized(
@@ -105,7 +96,7 @@ def build_sample_index_vectorized(
     count = plan.num_samples
     reach = numpy.arange(1, count + 1, dtype=numpy.int64) * plan.sequence_length + plan.extra
     position = numpy.searchsorted(ends, reach, side="left")
-    out = numpy.zeros((count + 1, 2), dtype=plan.dtype)
+    out: numpy.ndarray = numpy.zeros((count + 1, 2), dtype=plan.dtype)
     if count and position[-1] >= ends.size:  # runs out of documents
         beyond = int(numpy.argmax(position >= ends.size))
         if beyond != count - 1:
@@ -120,14 +111,14 @@ def build_sample_index_vectorized(
     return out
 
 
-def _fast_sample_index(fast, plan) -> numpy.ndarray:
+def _fast_sample_index(fast: ModuleType, plan: SamplePlan) -> numpy.ndarray:
     """Run the numba kernel and turn its status into the reference's errors."""
-    out = numpy.empty((plan.num_samples + 1, 2), dtype=plan.dtype)
+    out: numpy.ndarray = numpy.empty((plan.num_samples + 1, 2), dtype=plan.dtype)
     status, value = fast.sample_index(
-        plan.sizes, plan.documents, plan.sequence_length, plan.extra, out
+        read_only(plan.sizes), read_only(plan.documents), plan.sequence_length, plan.extra, out
     )
     if status == fast.BAD_DOCUMENT:
-        raise _validate.bad_document(plan.sizes, plan.documents, int(value))
+        raise arguments.bad_document(plan.sizes, plan.documents, int(value))
     if status != fast.OK:  # report a token mismatch first, as the reference does
         value = int(fast.remaining_tokens(plan.sizes, plan.documents, 0))
     if int(value) != plan.total_tokens:
@@ -148,10 +139,10 @@ def num_epochs_needed(
     """
     from tokenloom.errors import ConfigError
 
-    tokens_per_epoch = _validate.as_int(tokens_per_epoch, "tokens_per_epoch", minimum=0)
-    num_samples = _validate.as_int(num_samples, "num_samples", minimum=0)
-    sequence_length = _validate.as_int(sequence_length, "sequence_length", minimum=1)
-    extra = _validate.as_flag(add_extra_token_to_sequence, "add_extra_token_to_sequence")
+    tokens_per_epoch = arguments.as_int(tokens_per_epoch, "tokens_per_epoch", minimum=0)
+    num_samples = arguments.as_int(num_samples, "num_samples", minimum=0)
+    sequence_length = arguments.as_int(sequence_length, "sequence_length", minimum=1)
+    extra = arguments.as_flag(add_extra_token_to_sequence, "add_extra_token_to_sequence")
     requested = num_samples * sequence_length + extra
     if tokens_per_epoch >= requested:
         return 1

@@ -1,10 +1,12 @@
-"""numba-compiled GPT index kernels and the simple greedy blending scan.
+"""numba kernel of the GPT sample index (one pass, checking documents as it goes).
 
-Imported only through :func:`tokenloom.index._jit.kernels`; it needs numba.  Every
-function here has a readable twin in :mod:`tokenloom.index.reference`.
+Loaded through :data:`tokenloom.kernels.KERNELS` (``KERNELS.get("sample_index")``).
+Readable twin: :func:`tokenloom.index.reference.build_sample_index`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numba
 import numpy
@@ -14,7 +16,7 @@ OK, OUT_OF_DOCUMENTS, NEGATIVE_OFFSET, BAD_DOCUMENT = 0, 1, 2, 3
 
 
 @numba.njit(cache=True, nogil=True)
-def remaining_tokens(sizes, documents, start):  # pragma: no cover - compiled
+def remaining_tokens(sizes: numpy.ndarray, documents: numpy.ndarray, start: int) -> Any:  # pragma: no cover - compiled
     """sum(sizes[documents[start:]]), or ``-1 - position`` of the first bad entry."""
     total = numpy.int64(0)
     for position in range(start, documents.shape[0]):
@@ -26,7 +28,7 @@ def remaining_tokens(sizes, documents, start):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def sample_index(sizes, documents, sequence_length, extra, out):  # pragma: no cover
+def sample_index(sizes: numpy.ndarray, documents: numpy.ndarray, sequence_length: int, extra: int, out: numpy.ndarray) -> tuple[int, int]:  # pragma: no cover
     """Fill ``out[k] = (position, offset)`` where sample k starts, in one pass.
 
     Returns ``(status, value)``: on OK ``value`` is the number of tokens in all of
@@ -69,50 +71,3 @@ def sample_index(sizes, documents, sequence_length, extra, out):  # pragma: no c
     if rest < 0:
         return BAD_DOCUMENT, -1 - rest
     return OK, total + rest
-
-
-@numba.njit(cache=True, nogil=True)
-def blend_scan(weights, dataset_index, dataset_sample_index):  # pragma: no cover
-    """The plain O(samples x datasets) greedy, exactly as helpers.cpp loops."""
-    n = weights.shape[0]
-    counts = numpy.zeros(n, dtype=numpy.int64)
-    for t in range(dataset_index.shape[0]):
-        s = max(numpy.float64(t), 1.0)
-        best = 0
-        best_error = weights[0] * s - numpy.float64(counts[0])
-        for i in range(1, n):
-            error = weights[i] * s - numpy.float64(counts[i])
-            if error > best_error:
-                best_error = error
-                best = i
-        dataset_index[t] = best
-        dataset_sample_index[t] = counts[best]
-        counts[best] += 1
-
-
-@numba.njit(cache=True, nogil=True)
-def exhaustive_scan(sizes, weights, dataset_index, dataset_sample_index):  # pragma: no cover
-    """The plain exhaustive greedy: spent datasets leave the race."""
-    n = sizes.shape[0]
-    counts = numpy.zeros(n, dtype=numpy.int64)
-    alive = numpy.arange(n)
-    num_alive = n
-    for t in range(dataset_index.shape[0]):
-        s = max(numpy.float64(t), 1.0)
-        best_slot = 0
-        best = alive[0]
-        best_error = weights[best] * s - numpy.float64(counts[best])
-        for slot in range(1, num_alive):
-            i = alive[slot]
-            error = weights[i] * s - numpy.float64(counts[i])
-            if error > best_error:
-                best_error = error
-                best = i
-                best_slot = slot
-        dataset_index[t] = best
-        dataset_sample_index[t] = counts[best]
-        counts[best] += 1
-        if counts[best] == sizes[best]:  # keep `alive` in ascending id order
-            for slot in range(best_slot, num_alive - 1):
-                alive[slot] = alive[slot + 1]
-            num_alive -= 1

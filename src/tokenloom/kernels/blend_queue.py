@@ -2,10 +2,12 @@
 
 Keys within ``horizon`` steps of "now" go into a ring of buckets (singly linked lists
 threaded through ``nxt``), O(1) to push and to drain; the rare keys further away (tiny
-weights) wait in a binary min-heap.  Imported only through ``_blend_fast`` (numba).
+weights) wait in a binary min-heap.  Used by :mod:`tokenloom.kernels.blend_fast` (numba).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numba
 import numpy
@@ -16,7 +18,7 @@ _FAR_SIZE, _MASK = 0, 1
 INF = numpy.int64(1 << 62)
 
 
-def new_queue(num_items: int):
+def new_queue(num_items: int) -> tuple[numpy.ndarray, ...]:
     """A queue for ids ``0 .. num_items - 1``: (head, nxt, far_keys, far_ids, meta)."""
     horizon = 4096
     while horizon < 8 * num_items:  # reactivations are ~1/weight steps ahead
@@ -30,7 +32,7 @@ def new_queue(num_items: int):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def heap_push(keys, ids, size, key, ident):  # pragma: no cover - compiled
+def heap_push(keys: numpy.ndarray, ids: numpy.ndarray, size: int, key: int, ident: int) -> Any:  # pragma: no cover - compiled
     """Push ``(key, ident)`` on the binary min-heap of ``size`` items; returns the new size."""
     i = size
     while i > 0:
@@ -46,7 +48,7 @@ def heap_push(keys, ids, size, key, ident):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def heap_pop(keys, ids, size):  # pragma: no cover - compiled
+def heap_pop(keys: numpy.ndarray, ids: numpy.ndarray, size: int) -> Any:  # pragma: no cover - compiled
     """Remove the root of the min-heap; returns the new size."""
     size -= 1
     key = keys[size]
@@ -70,7 +72,7 @@ def heap_pop(keys, ids, size):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def heapify(keys, ids, size):  # pragma: no cover - compiled
+def heapify(keys: numpy.ndarray, ids: numpy.ndarray, size: int) -> None:  # pragma: no cover - compiled
     """Floyd's bottom-up construction of the min-heap on the first ``size`` items."""
     for start in range(size // 2 - 1, -1, -1):
         key, ident, i = keys[start], ids[start], start
@@ -87,7 +89,7 @@ def heapify(keys, ids, size):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def fill(head, nxt, far_keys, far_ids, meta, now, steps, count):  # pragma: no cover
+def fill(head: numpy.ndarray, nxt: numpy.ndarray, far_keys: numpy.ndarray, far_ids: numpy.ndarray, meta: numpy.ndarray, now: int, steps: numpy.ndarray, count: int) -> None:  # pragma: no cover
     """Replace the contents by ids ``0 .. count - 1`` due at ``steps[id] > now``
     (ids with a step of ``INF`` or more are left out); O(count)."""
     head[:] = -1
@@ -107,7 +109,7 @@ def fill(head, nxt, far_keys, far_ids, meta, now, steps, count):  # pragma: no c
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def push(head, nxt, far_keys, far_ids, meta, now, key, ident):  # pragma: no cover
+def push(head: numpy.ndarray, nxt: numpy.ndarray, far_keys: numpy.ndarray, far_ids: numpy.ndarray, meta: numpy.ndarray, now: int, key: int, ident: int) -> None:  # pragma: no cover
     """Queue ``ident`` to come due at step ``key > now``."""
     mask = meta[_MASK]
     if key - now <= mask:
@@ -119,7 +121,7 @@ def push(head, nxt, far_keys, far_ids, meta, now, key, ident):  # pragma: no cov
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def drain(head, nxt, far_keys, far_ids, meta, now, out, count):  # pragma: no cover
+def drain(head: numpy.ndarray, nxt: numpy.ndarray, far_keys: numpy.ndarray, far_ids: numpy.ndarray, meta: numpy.ndarray, now: int, out: numpy.ndarray, count: int) -> Any:  # pragma: no cover
     """Append every id due at step ``now`` to ``out[count:]``; returns the new count.
 
     Must be called for every step in order (the ring relies on it)."""

@@ -1,9 +1,8 @@
-"""One index-cache entry in one file: its description and its arrays (``tokenloom.cache``).
+"""One index-cache entry in one file: its description and its arrays.
 
-A cold start over thousands of prefixes writes one cache entry per prefix; creating
-and renaming files is then most of its time on a busy disk, so an entry is a single
-file (one temporary file, one rename) instead of a description plus one ``.npy`` per
-array. Layout (little endian)::
+An entry is a single file (one temporary file, one rename), written atomically but
+not fsynced (a cache is rebuildable and validated on every read). Layout (little
+endian)::
 
     bytes 0-7     magic  b"TLIDXC03"
     bytes 8-15    uint64 length H of the header
@@ -19,25 +18,31 @@ array. Layout (little endian)::
 Reading checks the magic, the header CRC, every array's dtype/shape/extent and the
 file size, and the array CRC32s when asked (``verify="checksum"``); any mismatch is
 :class:`Corrupt`. Arrays are memory-mapped with no file descriptor kept open
-(:func:`tokenloom.format._mapping.map_readonly`).
+(:func:`tokenloom.format._mapping.map_readonly`). :func:`read_entry` also checks the
+header against the :class:`~tokenloom.cache.keys.CacheKey` it is looked up by.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from json.encoder import encode_basestring_ascii
 import struct
 import zlib
 from collections import OrderedDict
-from typing import Dict, List, Mapping, Optional, Tuple
+from collections.abc import Iterable, Mapping
+from json.encoder import encode_basestring_ascii
+from typing import IO, Optional, Union
 
 import numpy
 
-from tokenloom._atomic import atomic_open
+from tokenloom.atomic import atomic_open
+from tokenloom.cache.keys import CacheKey, describe, description_hash
+from tokenloom.format._mapping import map_readonly
 
-__all__ = ["Corrupt", "RawJSON", "crc32", "entry_bytes", "write_entry", "read_record",
-           "open_arrays"]
+__all__ = ["CACHE_FORMAT", "Corrupt", "RawJSON", "crc32", "entry_bytes", "entry_record",
+           "write_entry", "read_record", "open_arrays", "read_entry"]
+
+CACHE_FORMAT = "tokenloom-index-cache/3"
 
 MAGIC = b"TLIDXC03"
 _PREFIX = struct.Struct("<8sQII")
@@ -57,11 +62,11 @@ def crc32(array: numpy.ndarray) -> int:
     flat = numpy.ascontiguousarray(array).reshape(-1).view(numpy.uint8)
     crc = 0
     for start in range(0, flat.size, 1 << 26):
-        crc = zlib.crc32(flat[start: start + (1 << 26)], crc)
+        crc = zlib.crc32(flat[start: start + (1 << 26)].data, crc)
     return crc
 
 
-def write_entry(path: str, record: "OrderedDict[str, object]",
+def write_entry(path: str, record: OrderedDict[str, object],
                 arrays: Mapping[str, numpy.ndarray]) -> None:
     """Write ``record`` (the header, completed with the arrays' metadata and the file
     size) and ``arrays`` to ``path`` atomically (not fsynced: a cache is rebuildable and
@@ -71,20 +76,30 @@ def write_entry(path: str, record: "OrderedDict[str, object]",
             handle.write(chunk)
 
 
-def entry_bytes(record: "OrderedDict[str, object]", arrays: Mapping[str, numpy.ndarray]) -> bytes:
+def entry_bytes(record: OrderedDict[str, object], arrays: Mapping[str, numpy.ndarray]) -> bytes:
     """The bytes :func:`write_entry` writes (a small entry queued for a pack file)."""
     return b"".join(bytes(chunk) for chunk in entry_chunks(record, arrays))
 
 
-def entry_chunks(record: "OrderedDict[str, object]", arrays: Mapping[str, numpy.ndarray]) -> list:
+def entry_record(key: CacheKey, checks: Optional[Mapping[str, object]]) -> OrderedDict[str, object]:
+    """The header of the entry of ``key`` (the arrays' metadata is added on writing)."""
+    return OrderedDict([("format", CACHE_FORMAT), ("class", key.class_name),
+                        ("split", key.split_name), ("hash", key.hash),
+                        ("description", RawJSON(key.description)),
+                        ("checks", dict(checks or {}))])
+
+
+def entry_chunks(record: OrderedDict[str, object],
+                 arrays: Mapping[str, numpy.ndarray]) -> list[Union[bytes, memoryview]]:
     """The pieces of an entry file, in order: prefix, header, padding, arrays."""
     contiguous = {name: numpy.ascontiguousarray(array) for name, array in arrays.items()}
-    meta, offsets, end = [], [], 0
+    meta: list[str] = []
+    offsets: list[int] = []
+    end = 0
     for name, array in contiguous.items():
         nbytes = int(array.nbytes)
         offset = _aligned(end) if nbytes else 0
         # the JSON of {"dtype", "shape", "nbytes", "crc32", "offset"}, written directly
-        # (json.dumps of these small mappings was most of storing a small entry)
         shape = ",".join(str(int(n)) for n in array.shape)
         meta.append(f'{encode_basestring_ascii(name)}:{{"dtype":'
                     f'{encode_basestring_ascii(array.dtype.str)},"shape":[{shape}],'
@@ -96,7 +111,7 @@ def entry_chunks(record: "OrderedDict[str, object]", arrays: Mapping[str, numpy.
     record["data_bytes"] = end  # no padding after the last array: every byte is checked
     header = _encode(record)
     start = _aligned(_PREFIX.size + len(header))
-    chunks = [_PREFIX.pack(MAGIC, len(header), zlib.crc32(header), 0), header,
+    chunks: list[Union[bytes, memoryview]] = [_PREFIX.pack(MAGIC, len(header), zlib.crc32(header), 0), header,
               bytes(start - _PREFIX.size - len(header))]
     written = 0
     for offset, array in zip(offsets, contiguous.values()):
@@ -114,8 +129,7 @@ class RawJSON(str):
 
 def _encode(record: Mapping[str, object]) -> bytes:
     """Compact JSON of ``record``, :class:`RawJSON` values last and spliced in unencoded
-    (a cache key's description is JSON text already: encoding it again costs more than
-    the rest of a small entry)."""
+    (a cache key's description is JSON text already)."""
     plain = {name: value for name, value in record.items() if not isinstance(value, RawJSON)}
     text = json.dumps(plain, separators=(",", ":"))
     raw = "".join(f",{json.dumps(name)}:{value}" for name, value in record.items()
@@ -125,7 +139,8 @@ def _encode(record: Mapping[str, object]) -> bytes:
     return (text[:-1] + raw + "}").encode("utf-8")
 
 
-def read_record(handle, path: str, size: Optional[int] = None) -> Tuple[dict, int]:
+def read_record(handle: IO[bytes], path: str,
+                size: Optional[int] = None) -> tuple[dict[str, object], int]:
     """``(header, data start)`` of the open cache file ``handle`` (of ``size`` bytes, by
     default its ``fstat`` size); Corrupt when the magic, header length or header CRC is
     wrong or the size disagrees."""
@@ -146,6 +161,8 @@ def read_record(handle, path: str, size: Optional[int] = None) -> Tuple[dict, in
         record = json.loads(header)
         start = _aligned(_PREFIX.size + length)
         expected = start + int(record["data_bytes"])
+        if not isinstance(record, dict):
+            raise TypeError("the header is not a mapping")
     except (ValueError, KeyError, TypeError) as error:
         raise Corrupt(f"{path}: malformed header ({error!r})") from None
     if size != expected:
@@ -153,10 +170,13 @@ def read_record(handle, path: str, size: Optional[int] = None) -> Tuple[dict, in
     return record, start
 
 
-def _recorded(path: str, name: str, meta: object, data_bytes: int) -> tuple:
+def _recorded(path: str, name: str, meta: object,
+              data_bytes: int) -> tuple[numpy.dtype, tuple[int, ...], int, int, int]:
     """(dtype, shape, nbytes, crc32, offset) recorded for array ``name``, checked for
     consistency (shape times itemsize is nbytes, the extent lies inside the data)."""
     try:
+        if not isinstance(meta, dict):
+            raise TypeError(f"{meta!r} is not a mapping")
         dtype = numpy.dtype(meta["dtype"])
         shape = tuple(int(n) for n in meta["shape"])
         nbytes, crc, offset = int(meta["nbytes"]), int(meta["crc32"]), int(meta["offset"])
@@ -170,16 +190,17 @@ def _recorded(path: str, name: str, meta: object, data_bytes: int) -> tuple:
     return dtype, shape, nbytes, crc, offset
 
 
-def open_arrays(handle, path: str, record: dict, start: int, names: List[str], mmap: bool,
-                verify: str, buffer: Optional[bytes] = None) -> Dict[str, numpy.ndarray]:
+def open_arrays(handle: IO[bytes], path: str, record: Mapping[str, object], start: int,
+                names: list[str], mmap: bool, verify: str,
+                buffer: Optional[bytes] = None) -> dict[str, numpy.ndarray]:
     """The arrays ``names`` of the open cache file (memory-mapped, or read); with
     ``buffer`` (the whole entry, in memory) views of it."""
-    from tokenloom.format._mapping import map_readonly
-
     recorded = record.get("arrays")
     if not isinstance(recorded, dict):
         raise Corrupt(f"{path}: malformed header ('arrays' is not a mapping)")
-    data_bytes, arrays = int(record["data_bytes"]), {}
+    data_bytes = int(record["data_bytes"])  # type: ignore[call-overload]
+    arrays: dict[str, numpy.ndarray] = {}
+    mapped: object = buffer
     mmap = mmap or buffer is not None
     for name in names:
         if name not in recorded:
@@ -188,16 +209,48 @@ def open_arrays(handle, path: str, record: dict, start: int, names: List[str], m
         if nbytes == 0:
             array = numpy.zeros(shape, dtype=dtype)
         elif mmap:
-            if buffer is None:
-                buffer = map_readonly(handle, start + data_bytes)
-            array = numpy.frombuffer(buffer, dtype=dtype, count=nbytes // dtype.itemsize,
-                                     offset=start + offset).reshape(shape)
+            if mapped is None:
+                mapped = map_readonly(handle, start + data_bytes)
+            array = numpy.frombuffer(
+                mapped, dtype=dtype, count=nbytes // dtype.itemsize,  # type: ignore[call-overload]
+                offset=start + offset).reshape(shape)
         else:
             array = numpy.empty(shape, dtype=dtype)
             handle.seek(start + offset)
-            if handle.readinto(array.reshape(-1).view(numpy.uint8)) != nbytes:
+            if handle.readinto(array.reshape(-1).view(numpy.uint8)) != nbytes:  # type: ignore[attr-defined]
                 raise Corrupt(f"{path}: array {name!r} is cut short")
         if verify == "checksum" and crc32(array) != crc:
             raise Corrupt(f"{path}: array {name!r} fails its CRC32, the file is corrupt")
         arrays[name] = array
     return arrays
+
+
+def read_entry(handle: IO[bytes], path: str, key: CacheKey, names: Iterable[str], mmap: bool,
+               verify: str, checks: Optional[Mapping[str, object]],
+               data: Optional[bytes] = None) -> Optional[dict[str, numpy.ndarray]]:
+    """The arrays of the entry open as ``handle`` (``data``: its bytes, already in
+    memory), or None when its ``checks`` differ; Corrupt when it is damaged or does
+    not belong to ``key``."""
+    record, start = read_record(handle, path, size=None if data is None else len(data))
+    _check_record(path, record, key)
+    if not _checks_agree(record.get("checks"), checks):
+        return None
+    return open_arrays(handle, path, record, start, list(names), mmap, verify, buffer=data)
+
+
+def _check_record(path: str, record: Mapping[str, object], key: CacheKey) -> None:
+    """The header must be this format's and its description must hash to the key."""
+    if record.get("format") != CACHE_FORMAT:
+        raise Corrupt(f"{path}: not a {CACHE_FORMAT} cache file")
+    description = record.get("description")
+    if record.get("hash") != key.hash or not isinstance(description, dict) \
+            or description_hash(describe(description)) != key.hash:
+        raise Corrupt(f"{path}: the description does not match the cache key")
+
+
+def _checks_agree(stored: object, wanted: Optional[Mapping[str, object]]) -> bool:
+    if not wanted:
+        return True
+    if not isinstance(stored, dict):
+        stored = {}
+    return all(k in stored and stored[k] == v for k, v in wanted.items())

@@ -1,4 +1,4 @@
-"""Software prefetch for numba kernels (``llvm.prefetch``); imported only with numba.
+"""Software prefetch for the numba kernels (``llvm.prefetch``); needs numba.
 
 ``prefetch_read(array, i)`` and ``prefetch_write(array, i)`` hint the CPU to load the
 cache line of ``array[i]`` into every cache level, for reading or for writing. They
@@ -8,6 +8,8 @@ of a random sample, the swap targets of a shuffle) so that those loads overlap.
 
 from __future__ import annotations
 
+from typing import Any
+
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
@@ -15,14 +17,14 @@ from numba.extending import intrinsic
 __all__ = ["prefetch_read", "prefetch_write"]
 
 
-def _prefetch_intrinsic(write: int):
+def _prefetch_intrinsic(write: int) -> Any:
     """An intrinsic ``(array, index) -> None`` prefetching for reading (0) or writing (1)."""
-    def prefetch(typingctx, array, index):
-        def codegen(context, builder, signature, args):
+    def prefetch(typingctx: Any, array: Any, index: Any) -> Any:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             array_type = signature.args[0]
             view = context.make_array(array_type)(context, builder, args[0])
-            pointer = cgutils.get_item_pointer(context, builder, array_type, view, [args[1]],
-                                               wraparound=False)
+            pointer = cgutils.get_item_pointer(  # type: ignore[no-untyped-call]
+                context, builder, array_type, view, [args[1]], wraparound=False)
             i32 = ir.IntType(32)
             function_type = ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32])
             declared = builder.module.declare_intrinsic("llvm.prefetch", [cgutils.voidptr_t],

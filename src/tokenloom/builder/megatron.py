@@ -29,14 +29,18 @@ import gc
 import logging
 import math
 import os
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, List, Optional, Sequence, Type
+from typing import Any, Optional, Union
 
 import numpy
 
-from tokenloom import _startup_memo as startup_memo
-from tokenloom._cache_pack import collect_small_entries
+from tokenloom._rank_agreement import check_ranks_agree, sample_fingerprint
+from tokenloom.builder.startup import Startup, accepts_start_keywords
+from tokenloom.cache import EntryPacker, IndexCache
 from tokenloom.datasets.blended import BlendedDataset
+from tokenloom.datasets.gpt import GPTDataset
+from tokenloom.datasets.mock import MockGPTDataset
 from tokenloom.datasets.split import Split, normalize, split_document_range
 from tokenloom.distributed import Communicator, build_on_rank0_then_load
 from tokenloom.errors import CacheError, ConfigError
@@ -48,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 def get_size_per_split_per_dataset(normalized_weights: Sequence[float],
                                    target_size_per_split: Sequence[int],
-                                   surplus: float = 0.0) -> List[List[int]]:
+                                   surplus: float = 0.0) -> list[list[int]]:
     """Samples to request from each dataset for each split (megatron-core's arithmetic).
 
     ``[[ceil(ceil(size * weight) * (1 + surplus)) for size in sizes] for weight in weights]``
@@ -59,7 +63,7 @@ def get_size_per_split_per_dataset(normalized_weights: Sequence[float],
              for size in target_size_per_split] for weight in normalized_weights]
 
 
-def _check_sizes(sizes: Any) -> List[Optional[int]]:
+def _check_sizes(sizes: Any) -> list[Optional[int]]:
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or len(sizes) != len(Split):
         raise ConfigError(
             f"sizes={sizes!r}: give one size per split (train, valid, test), each an integer "
@@ -71,19 +75,15 @@ def _check_sizes(sizes: Any) -> List[Optional[int]]:
     return [None if size is None else int(size) for size in sizes]
 
 
-def _mock_class_if_needed(cls: Type, config: Any) -> Type:
+def _mock_class_if_needed(cls: type, config: Any) -> type:
     """``GPTDataset`` on a config without data means mock data: use ``MockGPTDataset``."""
-    from tokenloom.datasets.gpt import GPTDataset
-
     if getattr(config, "mock", False) and cls is GPTDataset:
-        from tokenloom.datasets.mock import MockGPTDataset
-
         logger.info("no blend given: building MockGPTDataset splits (mock data)")
         return MockGPTDataset
     return cls
 
 
-def _walk(obj: Any):
+def _walk(obj: Any) -> Iterator[Any]:
     if isinstance(obj, (list, tuple)):
         for item in obj:
             yield from _walk(item)
@@ -105,13 +105,14 @@ class BlendedMegatronDatasetBuilder:
             defaults to ``torch.distributed`` and ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``.
     """
 
-    def __init__(self, cls: Type, sizes: Sequence[Optional[int]], is_built_on_rank: Callable[[], bool],
+    def __init__(self, cls: type, sizes: Sequence[Optional[int]], is_built_on_rank: Callable[[], bool],
                  config: Any, *, comm: Optional[Communicator] = None) -> None:
-        self.cls = _mock_class_if_needed(cls, config)
+        self.cls: type[Any] = _mock_class_if_needed(cls, config)
         self.sizes = _check_sizes(sizes)
         self.is_built_on_rank = is_built_on_rank
         self.config = config
         self.comm = comm
+        self._start_keywords = accepts_start_keywords(self.cls)
         logger.info("Building %s splits with sizes=%s and config=%s", cls.__name__, self.sizes, config)
         if not config.mock:
             self._check_sizes_against_weights()
@@ -131,11 +132,13 @@ class BlendedMegatronDatasetBuilder:
                     f"weights (this happens with multiple validation sets whose blend has weights)")
 
     # -- public ------------------------------------------------------------------------
-    def build(self) -> List[Optional[Any]]:
+    def build(self) -> list[Optional[Any]]:
         """One dataset (or None, or a list for multiple validation sets) per split.
 
         Must be called on every rank when torch.distributed is initialised.
         """
+        if not getattr(self.config, "fast_cache_load", False):  # then no rank exchanges
+            check_ranks_agree(sample_fingerprint(self.config, self.sizes, self.cls), self.comm)
         with _cyclic_gc_paused():
             datasets = self._build_blended_dataset_splits()
         for dataset in datasets:
@@ -159,31 +162,33 @@ class BlendedMegatronDatasetBuilder:
                 f"not match the config: delete them from {self.config.path_to_cache} and rebuild")
 
     # -- the three configurations ------------------------------------------------------
-    def _build_blended_dataset_splits(self) -> List[Optional[Any]]:
+    def _build_blended_dataset_splits(self) -> list[Optional[Any]]:
         if self.config.mock:
             return self._build_megatron_dataset_splits(None, self.config.split_matrix, self.sizes)
         if self.config.blend:
             return self._build_from_blend()
         return [self._build_split_from_own_blend(split) for split in Split]
 
-    def _build_from_blend(self) -> List[Optional[Any]]:
+    def _build_from_blend(self) -> list[Optional[Any]]:
         prefixes, weights = self.config.blend
         split = self.config.split_matrix
         if len(prefixes) == 1 and weights is None:
             return self._build_megatron_dataset_splits(prefixes[0], split, self.sizes)
+        target: Optional[list[list[int]]] = None
+        buffer: list[list[Optional[int]]]
         if weights is not None:
             weights = normalize(weights)
             target = get_size_per_split_per_dataset(weights, self._sizes_or_zero())
-            buffer = get_size_per_split_per_dataset(
-                weights, self._sizes_or_zero(), surplus=self.config.mid_level_dataset_surplus)
+            buffer = [list(row) for row in get_size_per_split_per_dataset(
+                weights, self._sizes_or_zero(), surplus=self.config.mid_level_dataset_surplus)]
         else:
-            target, buffer = None, [[None] * len(Split) for _ in prefixes]
+            buffer = [[None] * len(Split) for _ in prefixes]
         mid = self._build_megatron_datasets_parallel(prefixes, split, buffer)
         return [None if split[i] is None else
                 self._build_top_level(mid[i], weights, target, i, self.sizes[i])
                 for i in range(len(Split))]
 
-    def _sizes_or_zero(self) -> List[int]:
+    def _sizes_or_zero(self) -> list[int]:
         """The sizes with None as 0 (weights always come with sizes, so only unused splits)."""
         return [0 if size is None else size for size in self.sizes]
 
@@ -193,27 +198,28 @@ class BlendedMegatronDatasetBuilder:
         if blend is None:
             return None
         prefixes, weights = blend
-        split_spoof: List[Optional[tuple]] = [None] * len(Split)
+        split_spoof: list[Optional[tuple]] = [None] * len(Split)
         split_spoof[i] = (0.0, 1.0)
-        sizes_spoof: List[Optional[int]] = [0] * len(Split)
+        sizes_spoof: list[Optional[int]] = [0] * len(Split)
         sizes_spoof[i] = self.sizes[i]
         if len(prefixes) == 1:
             return self._build_megatron_dataset_splits(prefixes[0], split_spoof, sizes_spoof)[i]
         if self.config.multiple_validation_sets and split == Split.valid:
             return self._build_validation_sets(prefixes, split_spoof, sizes_spoof)
-        target = None
+        target: Optional[list[list[int]]] = None
+        buffer: list[list[Optional[int]]]
         if weights is None:
             buffer = [[None] * len(Split) for _ in prefixes]
         else:
             weights = normalize(weights)
             target = get_size_per_split_per_dataset(weights, [s or 0 for s in sizes_spoof])
-            buffer = get_size_per_split_per_dataset(
+            buffer = [list(row) for row in get_size_per_split_per_dataset(
                 weights, [s or 0 for s in sizes_spoof],
-                surplus=self.config.mid_level_dataset_surplus)
+                surplus=self.config.mid_level_dataset_surplus)]
         mid = self._build_megatron_datasets_parallel(prefixes, split_spoof, buffer)[i]
         return self._build_top_level(mid, weights, target, i, self.sizes[i])
 
-    def _build_validation_sets(self, prefixes, split_spoof, sizes_spoof) -> List[Optional[Any]]:
+    def _build_validation_sets(self, prefixes, split_spoof, sizes_spoof) -> list[Optional[Any]]:
         i = Split.valid.value
         if self.config.full_validation and sizes_spoof[i] is not None:
             raise ConfigError(
@@ -222,65 +228,71 @@ class BlendedMegatronDatasetBuilder:
         return [self._build_megatron_dataset_splits(prefix, split_spoof, sizes_spoof)[i]
                 for prefix in prefixes]
 
-    def _build_top_level(self, datasets: List[Optional[Any]], weights: Optional[List[float]],
-                         target: Optional[List[List[int]]], i: int,
+    def _build_top_level(self, datasets: list[Optional[Any]], weights: Optional[list[float]],
+                         target: Optional[list[list[int]]], i: int,
                          size: Optional[int]) -> Optional[BlendedDataset]:
+        size_i: Optional[int]
+        blend_weights: list[Union[int, float]]
         if weights is not None:
-            if size is None:
+            if size is None or target is None:
                 raise ConfigError("blend weights require a size for every split they feed")
             size_i = sum(per_dataset[i] for per_dataset in target)
+            blend_weights = list(weights)
         else:
             try:
-                weights = [len(dataset) for dataset in datasets]
+                blend_weights = [len(dataset) for dataset in datasets]  # type: ignore[arg-type]
             except TypeError:  # datasets not built on this rank
-                weights = [0 for _ in datasets]
-            size_i = None if size is None else min(size, sum(weights))
-        return self._on_ranks(
-            lambda: BlendedDataset(datasets, weights, size_i, self.config),
+                blend_weights = [0 for _ in datasets]
+            size_i = None if size is None else min(size, int(sum(blend_weights)))
+        built: Optional[BlendedDataset] = self._on_ranks(
+            lambda: BlendedDataset(datasets, blend_weights, size_i, self.config),
             f"the {Split(i).name} BlendedDataset")
+        return built
 
     # -- mid-level datasets ------------------------------------------------------------
-    def _build_megatron_datasets_parallel(self, prefixes: List[str], split: List[Optional[tuple]],
-                                          sizes_per_dataset: List[List[Optional[int]]]
-                                          ) -> List[List[Optional[Any]]]:
+    def _build_megatron_datasets_parallel(self, prefixes: list[str], split: list[Optional[tuple]],
+                                          sizes_per_dataset: list[list[Optional[int]]]
+                                          ) -> list[list[Optional[Any]]]:
         """For each split, the mid-level dataset of every prefix (built in threads).
 
-        With a start-up memo (see :mod:`tokenloom._startup_memo`) the prefixes it vouches
-        for are not opened: their datasets get a ``DeferredIndexedDataset``. When it
+        With the start-up shortcut (:mod:`tokenloom.builder.startup`) the prefixes it
+        vouches for are not opened: their datasets get a ``LazyIndexedDataset``. When it
         vouches for all of them nothing is left to wait for, so no threads are started.
+        Small index caches go into one pack file (:class:`~tokenloom.cache.EntryPacker`).
         """
-        def construct() -> List[List[Optional[Any]]]:
-            with collect_small_entries(getattr(self.config, "path_to_cache", None)):
-                return build()  # small index caches go into one pack file
+        def construct() -> list[list[Optional[Any]]]:
+            directory = getattr(self.config, "path_to_cache", None)
+            if not directory or not self._start_keywords:
+                return build(None)
+            with EntryPacker(directory) as packer:
+                return build(IndexCache(directory, packer=packer))
 
-        def build() -> List[List[Optional[Any]]]:
-            memo = startup_memo.memo_for(self.cls, self.config, prefixes)
-            lows = [None if memo is None else startup_memo.deferred_low_level(memo, p, self.config)
-                    for p in prefixes]
-            jobs = [(self._construct_splits, prefix, split, sizes, low, memo)
+        def build(cache: Optional[IndexCache]) -> list[list[Optional[Any]]]:
+            startup = Startup.for_blend(self.cls, self.config, prefixes)
+            lows = [None if startup is None else startup.known(p) for p in prefixes]
+            jobs = [(self._construct_splits, prefix, split, sizes, low, startup, cache)
                     for prefix, sizes, low in zip(prefixes, sizes_per_dataset, lows)]
-            if memo is not None and all(low is not None for low in lows):
+            if startup is not None and all(low is not None for low in lows):
                 results = [job[0](*job[1:]) for job in jobs]
             else:
                 results = self._in_threads(jobs)
             per_split = [list(column) for column in zip(*results)]
-            if memo is not None:
-                startup_memo.record_lengths(memo, (d for column in per_split for d in column))
-                memo.save()
+            if startup is not None:
+                startup.finish(d for column in per_split for d in column)
             return per_split
 
         built = self._on_ranks(construct, f"the {self.cls.__name__} datasets of {len(prefixes)} prefixes")
         return built if built is not None else [[None] * len(prefixes) for _ in Split]
 
     def _build_megatron_dataset_splits(self, dataset_path: Optional[str],
-                                       split: List[Optional[tuple]],
-                                       sizes: List[Optional[int]]) -> List[Optional[Any]]:
+                                       split: list[Optional[tuple]],
+                                       sizes: list[Optional[int]]) -> list[Optional[Any]]:
         """Every split's mid-level dataset of one low-level dataset (rank 0 first)."""
         built = self._on_ranks(lambda: self._construct_splits(dataset_path, split, sizes),
                                f"the {self.cls.__name__} splits of {dataset_path or 'mock data'}")
         return built if built is not None else [None] * len(Split)
 
-    def _in_threads(self, jobs: List[tuple]) -> List[Any]:
+    def _in_threads(self, jobs: list[tuple]) -> list[Any]:
         """``[job[0](*job[1:]) for job in jobs]`` in ``num_dataset_builder_threads`` threads."""
         workers = max(1, min(int(self.config.num_dataset_builder_threads), len(jobs)))
         if workers == 1:  # no thread to hand each job to and wait for
@@ -294,28 +306,45 @@ class BlendedMegatronDatasetBuilder:
                     future.cancel()
                 raise
 
-    def _construct_splits(self, dataset_path: Optional[str], split: List[Optional[tuple]],
-                          sizes: List[Optional[int]], low_level: Any = None,
-                          memo: Any = None) -> List[Optional[Any]]:
-        if low_level is None and memo is not None:
-            low_level = startup_memo.open_and_record(memo, self.cls, dataset_path, self.config)
+    def _construct_splits(self, dataset_path: Optional[str], split: list[Optional[tuple]],
+                          sizes: list[Optional[int]], low_level: Any = None,
+                          startup: Optional[Startup] = None,
+                          cache: Optional[IndexCache] = None) -> list[Optional[Any]]:
+        if low_level is None and startup is not None and dataset_path is not None:
+            low_level = startup.open(self.cls, dataset_path)
         elif low_level is None:
             low_level = self.cls.build_low_level_dataset(dataset_path, self.config)
+        keywords = self._dataset_keywords(low_level, startup, cache)
         num_elements = self.cls.numel_low_level_dataset(low_level)
         fast = bool(getattr(self.config, "fast_cache_load", False))
-        datasets: List[Optional[Any]] = []
+        datasets: list[Optional[Any]] = []
         for i, member in enumerate(Split):
-            if split[i] is None:
+            bounds = split[i]
+            if bounds is None:
                 datasets.append(None)
                 continue
             indices = None
             if not fast:  # megatron-core skips the split indices under fast_cache_load
-                begin, end = split_document_range(split[i], num_elements)
+                begin, end = split_document_range(bounds, num_elements)
                 indices = numpy.arange(begin, end, 1, dtype=numpy.int32)
-            datasets.append(self.cls(low_level, dataset_path, indices, sizes[i], member, self.config))
-        if memo is not None:
-            startup_memo.release_opened(memo, dataset_path, low_level, datasets, self.config)
+            datasets.append(self.cls(low_level, dataset_path, indices, sizes[i], member,
+                                     self.config, **keywords))
+        if startup is not None:
+            startup.release(low_level)
         return datasets
+
+    def _dataset_keywords(self, low_level: Any, startup: Optional[Startup],
+                          cache: Optional[IndexCache]) -> dict[str, Any]:
+        """The ``index_cache`` and ``warm_start`` keywords for a class that takes them."""
+        if not self._start_keywords:
+            return {}
+        keywords: dict[str, Any] = {}
+        if cache is not None:
+            keywords["index_cache"] = cache
+        warm = None if startup is None else startup.warm_start(low_level)
+        if warm is not None:
+            keywords["warm_start"] = warm
+        return keywords
 
     # -- ranks -------------------------------------------------------------------------
     def _on_ranks(self, construct: Callable[[], Any], what: str) -> Any:
@@ -353,14 +382,13 @@ class BlendedMegatronDatasetBuilder:
 
 
 @contextlib.contextmanager
-def _cyclic_gc_paused():
+def _cyclic_gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector while the datasets are built.
 
     A build over thousands of prefixes creates objects that all stay alive, so the
     collector finds nothing, but each of its full passes walks every object of the
     process (a training process holds torch's hundreds of thousands): that made start-up
-    superlinear in the number of prefixes (a third of a warm start over 3,000 prefixes).
-    Reference counting still frees everything as usual; the collector's previous state
+    superlinear in the number of prefixes. Reference counting still frees everything as usual; the collector's previous state
     is restored afterwards, also when the build fails.
     """
     was_enabled = gc.isenabled()

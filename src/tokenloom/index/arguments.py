@@ -1,4 +1,4 @@
-"""Input checks shared by the fast kernels and the reference kernels.
+"""Argument checks shared by the fast and the reference index builders.
 
 Every check raises :class:`tokenloom.errors.ConfigError` naming the argument, the
 offending value and how to fix it, so a bad call never reaches a kernel that could
@@ -8,7 +8,7 @@ read out of bounds, loop forever or silently build a wrong index.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Tuple
+from typing import Any
 
 import numpy
 
@@ -110,7 +110,7 @@ def exhaustive_sizes(sizes: Any) -> numpy.ndarray:
 
 def sample_index_inputs(
     sequence_lengths: Any, document_index: Any, check_values: bool = True
-) -> Tuple[numpy.ndarray, numpy.ndarray]:
+) -> tuple[numpy.ndarray, numpy.ndarray]:
     """Validated document lengths and document order for :func:`build_sample_index`.
 
     ``check_values=False`` skips the O(n) range checks (the fast kernel does them

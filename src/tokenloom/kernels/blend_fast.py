@@ -17,7 +17,9 @@ soon as its error is ``>= L``.  Only the winner's error changes; it goes back to
 queue when its error drops below ``L``.  If the active best falls below ``L`` the step
 is decided by a full scan (still exact) and ``L`` is re-chosen ("rebuild") as the
 ``K``-th largest error, which guarantees a winner ``>= L`` for at least ``K`` steps.
-The result is bit-identical with the plain scan; the property tests check it.
+The result is bit-identical with the plain scan (:mod:`tokenloom.kernels.blend_scan`)
+and the readable :mod:`tokenloom.index.reference`; the property tests check it. Which
+of the two runs for which inputs is decided in :mod:`tokenloom.index.dispatch`.
 
 Datasets with bit-identical weights are merged into one *group* first: inside a group
 the errors differ only by the counts, so the group is served round-robin in id order
@@ -29,32 +31,30 @@ shards cost as little as one dataset.
 from __future__ import annotations
 
 import math
+from typing import Any, Optional
 
 import numba
 import numpy
 
-from tokenloom.index import _blend_queue as queues
-from tokenloom.index._kernels import blend_scan, exhaustive_scan
+from tokenloom.kernels import blend_queue as queues
 
 INF_STEP = numpy.int64(1 << 62)
 #: relative/absolute slack that makes activation steps safe lower bounds (>> 2**-52)
 SLACK = 1e-12
-#: below this many datasets the plain scan is faster
-SCAN_BELOW = 24
 
 
-def target_active(num_groups: int) -> int:
+def target_active(num_groups: int) -> Any:
     """How many groups the first rebuild leaves above the level."""
     return int(math.sqrt(num_groups)) + 8
 
 
-def period_for(num_groups: int) -> int:
+def period_for(num_groups: int) -> Any:
     """Steps between two rebuilds: a rebuild costs O(n), so about O(1) per step."""
     return 2 * num_groups + 1024
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def activation_step(inverse_weight, count, level, t):  # pragma: no cover - compiled
+def activation_step(inverse_weight: float, count: int, level: float, t: int) -> Any:  # pragma: no cover - compiled
     """A step ``> t`` no later than the first one where ``weight*s - count >= level``
     (``inverse_weight = 1 / weight``; the slack covers every rounding involved)."""
     c = numpy.float64(count)
@@ -69,7 +69,7 @@ def activation_step(inverse_weight, count, level, t):  # pragma: no cover - comp
 
 
 @numba.njit(cache=True, nogil=True)
-def scan_all(groups, counts, pos, spent, s):  # pragma: no cover - compiled
+def scan_all(groups: tuple[numpy.ndarray, ...], counts: numpy.ndarray, pos: numpy.ndarray, spent: numpy.ndarray, s: float) -> Any:  # pragma: no cover - compiled
     """Exact greedy winner over every live group (lowest next-member id on ties)."""
     weights, _, _, starts, members, _ = groups
     best, best_id, best_error = -1, -1, 0.0
@@ -84,7 +84,36 @@ def scan_all(groups, counts, pos, spent, s):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def rebuild(groups, counts, spent, t, target, queue, work):  # pragma: no cover
+def select(values: numpy.ndarray, count: int, k: int) -> Any:  # pragma: no cover - compiled
+    """The ``k``-th smallest of ``values[:count]`` (0-based), reordering them in place:
+    ``numpy.partition(values[:count], k)[k]`` by a plain quickselect (median-of-three
+    pivot), which numba compiles in a fraction of the time of its ``partition``."""
+    low, high = 0, count - 1
+    while low < high:
+        middle = (low + high) >> 1
+        a, b, c = values[low], values[middle], values[high]
+        pivot = max(min(a, b), min(max(a, b), c))
+        i, j = low, high
+        while i <= j:
+            while values[i] < pivot:
+                i += 1
+            while values[j] > pivot:
+                j -= 1
+            if i <= j:
+                values[i], values[j] = values[j], values[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            high = j
+        elif k >= i:
+            low = i
+        else:
+            return values[k]
+    return values[k]
+
+
+@numba.njit(cache=True, nogil=True)
+def rebuild(groups: tuple[numpy.ndarray, ...], counts: numpy.ndarray, spent: numpy.ndarray, t: int, target: int, queue: tuple[numpy.ndarray, ...], work: tuple[numpy.ndarray, ...]) -> Any:  # pragma: no cover
     """Choose the level for step ``t + 1`` (the ``target``-th largest live error) and
     queue every live group by activation step; returns the level.  O(groups)."""
     weights, inverse = groups[0], groups[1]
@@ -98,7 +127,7 @@ def rebuild(groups, counts, spent, t, target, queue, work):  # pragma: no cover
             live += 1
     level = -numpy.inf
     if live > target:
-        level = numpy.partition(errors[:live], live - target)[live - target]
+        level = select(errors, live, live - target)
     for g in range(n):
         steps[g] = INF_STEP if spent[g] else activation_step(inverse[g], counts[g], level, t)
     head, nxt, far_keys, far_ids, meta = queue
@@ -107,7 +136,7 @@ def rebuild(groups, counts, spent, t, target, queue, work):  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True)
-def adapt_target(target, steps, fallback, period, n):  # pragma: no cover - compiled
+def adapt_target(target: int, steps: int, fallback: bool, period: int, n: int) -> Any:  # pragma: no cover - compiled
     """Lower the level (bigger target) when fallbacks come soon after a rebuild, raise
     it (smaller target) after a whole quiet period."""
     if fallback and steps < period // 4:
@@ -118,7 +147,7 @@ def adapt_target(target, steps, fallback, period, n):  # pragma: no cover - comp
 
 
 @numba.njit(cache=True, nogil=True)
-def new_state(n):  # pragma: no cover - compiled
+def new_state(n: int) -> tuple[Any, ...]:  # pragma: no cover - compiled
     """Per-group counters, the active set and scratch space for :func:`greedy`."""
     counts = numpy.zeros(n, dtype=numpy.int64)  # samples of each member still in the round
     pos = numpy.zeros(n, dtype=numpy.int64)  # next member of each group (round-robin)
@@ -130,7 +159,7 @@ def new_state(n):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def greedy(groups, target, period, queue, dataset_index, dataset_sample_index):
+def greedy(groups: tuple[numpy.ndarray, ...], target: int, period: int, queue: tuple[numpy.ndarray, ...], dataset_index: numpy.ndarray, dataset_sample_index: numpy.ndarray) -> tuple[int, int]:
     """The exact greedy over ``groups`` (see :func:`group_datasets`).
 
     ``target`` is the initial active-set size a rebuild aims at, ``period`` the number
@@ -142,7 +171,8 @@ def greedy(groups, target, period, queue, dataset_index, dataset_sample_index):
     n = weights.shape[0]
     head, nxt, far_keys, far_ids, meta = queue
     counts, pos, spent, act, act_w, act_c, act_id, work = new_state(n)
-    level = rebuild(groups, counts, spent, -1, target, queue, work)
+    before = numpy.int64(dataset_index.shape[0]) * 0 - 1  # not a literal: one compile
+    level = rebuild(groups, counts, spent, before, target, queue, work)
     num_active = last_rebuild = rebuilds = fallbacks = 0
     for t in range(dataset_index.shape[0]):
         s = max(numpy.float64(t), 1.0)
@@ -186,7 +216,7 @@ def greedy(groups, target, period, queue, dataset_index, dataset_sample_index):
     return rebuilds, fallbacks
 
 
-def group_datasets(weights, sizes):
+def group_datasets(weights: numpy.ndarray, sizes: numpy.ndarray) -> tuple[numpy.ndarray, ...]:
     """Merge datasets with bit-identical weights: ``(weights, 1 / weights, members per
     group, first member, member ids grouped and ascending, samples per member)``.
     ``sizes`` (exhaustive blend) is empty or per dataset; equal weights mean equal sizes."""
@@ -198,7 +228,7 @@ def group_datasets(weights, sizes):
     return unique, 1.0 / unique, group_sizes, starts, members, limits
 
 
-def run(weights, sizes, dataset_index, dataset_sample_index, target=None, period=None):
+def run(weights: numpy.ndarray, sizes: numpy.ndarray, dataset_index: numpy.ndarray, dataset_sample_index: numpy.ndarray, target: Optional[int] = None, period: Optional[int] = None) -> tuple[int, int]:
     """Run :func:`greedy` with the default tuning; returns its profiling counters."""
     groups = group_datasets(weights, sizes)
     n = groups[0].shape[0]
@@ -207,18 +237,3 @@ def run(weights, sizes, dataset_index, dataset_sample_index, target=None, period
     queue = queues.new_queue(n)
     return greedy(groups, target, period, queue, dataset_index, dataset_sample_index)
 
-
-def blend(weights, dataset_index, dataset_sample_index):
-    """Fill the blending indices for ``weights`` (validated float64)."""
-    if weights.shape[0] < SCAN_BELOW:
-        blend_scan(weights, dataset_index, dataset_sample_index)
-    else:
-        run(weights, numpy.empty(0, dtype=numpy.int64), dataset_index, dataset_sample_index)
-
-
-def exhaustive(sizes, weights, dataset_index, dataset_sample_index):
-    """Fill the exhaustive blending indices for ``sizes`` (validated int64)."""
-    if sizes.shape[0] < SCAN_BELOW:
-        exhaustive_scan(sizes, weights, dataset_index, dataset_sample_index)
-    else:
-        run(weights, sizes, dataset_index, dataset_sample_index)

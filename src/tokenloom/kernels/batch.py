@@ -14,14 +14,16 @@ property tests)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy
 from numba import njit
 
-from tokenloom._numba_prefetch import prefetch_read
+from tokenloom.kernels.prefetch import prefetch_read
 
 
 @njit(cache=True, nogil=True)
-def _copy(tokens, start, count, dst, at):
+def _copy(tokens: numpy.ndarray, start: int, count: int, dst: numpy.ndarray, at: int) -> None:
     """``dst[at + i] = tokens[start + i]`` for the ``i`` that land inside ``dst``."""
     low = max(0, -at)
     high = min(count, dst.shape[0] - at)
@@ -33,7 +35,7 @@ def _copy(tokens, start, count, dst, at):
 
 
 @njit(cache=True, nogil=True)
-def _bad_document(tokens, pointers, itemsize, lengths, doc):
+def _bad_document(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, lengths: numpy.ndarray, doc: int) -> Any:
     """Whether document ``doc``'s pointer is negative, misaligned or its tokens run past
     the end of ``tokens`` (a corrupt ``.idx``: the caller raises FormatError)."""
     pointer = numpy.int64(pointers[doc])
@@ -42,7 +44,7 @@ def _bad_document(tokens, pointers, itemsize, lengths, doc):
 
 
 @njit(cache=True, nogil=True)
-def _span(lengths, document_index, sample_index, j, extra, position):
+def _span(lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray, j: int, extra: int, position: int) -> tuple[int, int, int]:
     """``(doc, offset, count)``: sample ``j`` takes ``count`` tokens of document ``doc``
     (at ``document_index[position]``) from token ``offset``."""
     doc = document_index[position]
@@ -55,7 +57,7 @@ def _span(lengths, document_index, sample_index, j, extra, position):
 
 
 @njit(cache=True, nogil=True)
-def _prefetch_parts(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra):
+def _prefetch_parts(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray, j: int, extra: int) -> Any:
     """Check every document of sample ``j`` (``-1 - doc`` for the first bad one, else 0)
     and prefetch every cache line of its parts: random samples live in DRAM, and the
     prefetches let all their lines load in parallel, before the copy needs them."""
@@ -71,8 +73,8 @@ def _prefetch_parts(tokens, pointers, itemsize, lengths, document_index, sample_
 
 
 @njit(cache=True, nogil=True)
-def _copy_parts(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra,
-                pad, out_tokens, out_labels):
+def _copy_parts(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray, j: int, extra: int,
+                pad: int, out_tokens: numpy.ndarray, out_labels: numpy.ndarray) -> Any:
     """Write sample ``j``'s tokens and labels (documents already checked); return how
     many tokens came from data."""
     seq = out_tokens.shape[0]
@@ -94,8 +96,8 @@ def _copy_parts(tokens, pointers, itemsize, lengths, document_index, sample_inde
 
 
 @njit(cache=True, nogil=True)
-def _gather(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra,
-            pad, out_tokens, out_labels):
+def _gather(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray, j: int, extra: int,
+            pad: int, out_tokens: numpy.ndarray, out_labels: numpy.ndarray) -> Any:
     """Write sample ``j``'s tokens and labels; return how many tokens came from data
     (``-1 - doc`` when document ``doc`` lies outside the ``.bin``)."""
     bad = _prefetch_parts(tokens, pointers, itemsize, lengths, document_index, sample_index, j,
@@ -107,8 +109,8 @@ def _gather(tokens, pointers, itemsize, lengths, document_index, sample_index, j
 
 
 @njit(cache=True, nogil=True)
-def gather_text(tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra,
-                pad, out):
+def gather_text(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray, j: int, extra: int,
+                pad: int, out: numpy.ndarray) -> Any:
     """The ``seq + extra`` tokens of sample ``j`` into ``out`` (int64, pad after the
     data); returns how many came from data (``-1 - doc`` when document ``doc`` lies
     outside the ``.bin``)."""
@@ -132,7 +134,7 @@ def gather_text(tokens, pointers, itemsize, lengths, document_index, sample_inde
 
 
 @njit(cache=True, nogil=True)
-def _init_masks(out_loss, out_positions):
+def _init_masks(out_loss: numpy.ndarray, out_positions: numpy.ndarray) -> None:
     """``loss_mask`` all ones, ``position_ids`` ``0 .. seq-1`` (before any rule)."""
     for p in range(out_loss.shape[0]):
         out_loss[p] = 1.0
@@ -141,8 +143,8 @@ def _init_masks(out_loss, out_positions):
 
 
 @njit(cache=True, nogil=True)
-def _rules(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, out_labels,
-           out_loss, out_positions):
+def _rules(eod: int, pad: int, check_pad: bool, reset_position_ids: bool, eod_mask_loss: bool, out_tokens: numpy.ndarray, out_labels: numpy.ndarray,
+           out_loss: numpy.ndarray, out_positions: numpy.ndarray) -> None:
     """Apply the optional rules to one row whose masks were initialised."""
     seq = out_tokens.shape[0]
     if eod_mask_loss:
@@ -165,8 +167,8 @@ def _rules(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, o
 
 
 @njit(cache=True, nogil=True)
-def _finish(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, out_labels,
-            out_loss, out_positions):
+def _finish(eod: int, pad: int, check_pad: bool, reset_position_ids: bool, eod_mask_loss: bool, out_tokens: numpy.ndarray, out_labels: numpy.ndarray,
+            out_loss: numpy.ndarray, out_positions: numpy.ndarray) -> None:
     """Fill ``loss_mask``/``position_ids`` and apply the optional rules to one row."""
     _init_masks(out_loss, out_positions)
     _rules(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, out_labels,
@@ -174,8 +176,8 @@ def _finish(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, 
 
 
 @njit(cache=True, nogil=True)
-def fill_sample(tokens, pointers, lengths, document_index, sample_index, shuffle_index, k,
-                params, out_tokens, out_labels, out_loss, out_positions):
+def fill_sample(tokens: numpy.ndarray, pointers: numpy.ndarray, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray, shuffle_index: numpy.ndarray, k: int,
+                params: numpy.ndarray, out_tokens: numpy.ndarray, out_labels: numpy.ndarray, out_loss: numpy.ndarray, out_positions: numpy.ndarray) -> Any:
     """One sample (``GPTDataset.__getitem__``'s fast path): sample ``k`` (row
     ``shuffle_index[k]`` of the sample index) into the four ``out_*`` arrays.
     ``params`` is int64 ``[itemsize, extra, pad, eod, pad_in_data, reset_position_ids,
@@ -197,9 +199,9 @@ def fill_sample(tokens, pointers, lengths, document_index, sample_index, shuffle
 
 
 @njit(cache=True, nogil=True)
-def fill_batch(tokens, pointers, itemsize, lengths, document_index, sample_index,
-               shuffle_index, rows, extra, pad, eod, pad_in_data, reset_position_ids,
-               eod_mask_loss, out_tokens, out_labels, out_loss, out_positions):
+def fill_batch(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray,
+               shuffle_index: numpy.ndarray, rows: numpy.ndarray, extra: int, pad: int, eod: int, pad_in_data: bool, reset_position_ids: bool,
+               eod_mask_loss: bool, out_tokens: numpy.ndarray, out_labels: numpy.ndarray, out_loss: numpy.ndarray, out_positions: numpy.ndarray) -> Any:
     """Fill row ``b`` of every ``out_*`` with sample ``rows[b]`` (-1: padding sample).
 
     Returns 0, or ``-1 - doc`` as soon as document ``doc`` lies outside the ``.bin``."""

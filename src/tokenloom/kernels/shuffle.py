@@ -16,10 +16,12 @@ The generator state is numpy's own: ``key`` (uint32[624]) and ``pos`` as given b
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy
 from numba import njit
 
-from tokenloom._numba_prefetch import prefetch_write
+from tokenloom.kernels.prefetch import prefetch_write
 
 N = 624
 M = 397
@@ -29,12 +31,12 @@ LOWER_MASK = 0x7FFFFFFF
 WORD = 0xFFFFFFFF
 
 BLOCK = 64
-"""Swaps whose ``j`` are drawn and prefetched ahead (2M int32: 16 to 256 all within
-~5% of each other, 64 best; 1 (no look-ahead) about 1.5x slower)."""
+"""Swaps whose ``j`` are drawn and prefetched ahead (tuned on 2M int32; see
+BENCHMARKS.md)."""
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _step(key, k, low, far):
+def _step(key: numpy.ndarray, k: int, low: int, far: int) -> None:
     """State word ``k`` from itself, word ``low`` and word ``far`` (MT19937 recurrence)."""
     y = (numpy.uint64(key[k]) & UPPER_MASK) | (numpy.uint64(key[low]) & LOWER_MASK)
     mag = numpy.uint64(MATRIX_A) * (y & numpy.uint64(1))
@@ -42,7 +44,7 @@ def _step(key, k, low, far):
 
 
 @njit(cache=True, nogil=True)
-def _twist(key):
+def _twist(key: numpy.ndarray) -> None:
     """Regenerate the 624 state words in place (numpy's ``mt19937_gen`` loop order:
     the words after ``N - M`` read already regenerated ones)."""
     for k in range(N - M):
@@ -53,7 +55,7 @@ def _twist(key):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _temper(word):
+def _temper(word: int) -> Any:
     """MT19937's output transform of one state word (as uint64, < 2**32)."""
     y = numpy.uint64(word)
     y ^= y >> numpy.uint64(11)
@@ -64,7 +66,7 @@ def _temper(word):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _word(key, p):
+def _word(key: numpy.ndarray, p: int) -> tuple[int, int]:
     """``(next tempered MT19937 word, new pos)`` from state ``key`` at ``pos == p``."""
     if p >= N:
         _twist(key)
@@ -73,7 +75,7 @@ def _word(key, p):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _mask(top):
+def _mask(top: int) -> Any:
     """The smallest all-ones bit mask ``>= top``."""
     mask = top
     mask |= mask >> numpy.uint64(1)
@@ -86,21 +88,21 @@ def _mask(top):
 
 
 @njit(cache=True, nogil=True)
-def next_uint32(key, pos):
+def next_uint32(key: numpy.ndarray, pos: numpy.ndarray) -> Any:
     """The next MT19937 word; ``pos`` is a one-element int64 array (numpy's ``pos``)."""
     value, pos[0] = _word(key, pos[0])
     return value
 
 
 @njit(cache=True, nogil=True)
-def next_uint64(key, pos):
+def next_uint64(key: numpy.ndarray, pos: numpy.ndarray) -> Any:
     """Two words, the first one high (numpy's ``mt19937_next64``)."""
     high = next_uint32(key, pos)
     return (high << numpy.uint64(32)) | next_uint32(key, pos)
 
 
 @njit(cache=True, nogil=True)
-def random_interval(key, pos, maximum):
+def random_interval(key: numpy.ndarray, pos: numpy.ndarray, maximum: int) -> Any:
     """A uniform integer in ``[0, maximum]`` exactly as numpy's legacy
     ``random_interval`` draws it (masked rejection; no draw for ``maximum == 0``)."""
     top = numpy.uint64(maximum)
@@ -119,7 +121,7 @@ def random_interval(key, pos, maximum):
 
 
 @njit(cache=True, nogil=True)
-def _draw(key, p, i, count, js):
+def _draw(key: numpy.ndarray, p: int, i: int, count: int, js: numpy.ndarray) -> Any:
     """``js[k] = random_interval(i - k)`` for ``k < count`` (all ``i - k`` in
     ``[1, 2**32)``), from state position ``p``; return the new position.
 
@@ -145,7 +147,7 @@ def _draw(key, p, i, count, js):
 
 
 @njit(cache=True, nogil=True)
-def plain_steps(x, key, pos, low):
+def plain_steps(x: numpy.ndarray, key: numpy.ndarray, pos: numpy.ndarray, low: int) -> Any:
     """numpy's Fisher-Yates steps one at a time for ``i = n - 1`` down to ``low + 1``
     (no prefetching); return the next ``i``, ``min(n - 1, low)``."""
     i = x.shape[0] - 1
@@ -159,7 +161,7 @@ def plain_steps(x, key, pos, low):
 
 
 @njit(cache=True, nogil=True)
-def shuffle(x, key, pos, block):
+def shuffle(x: numpy.ndarray, key: numpy.ndarray, pos: numpy.ndarray, block: int) -> None:
     """Shuffle ``x`` in place like ``RandomState.shuffle``; advance ``key``/``pos``.
 
     ``block`` swaps at a time: draw their ``j``, prefetch ``x[j]``, then swap.

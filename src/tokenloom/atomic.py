@@ -8,8 +8,7 @@ temporary-then-rename protocol: other processes still see the old file or the
 complete new one, never a partial one. After a power loss (not a process crash) the
 new name may then hold a zero-filled or short file, so it is only for files that are
 validated when read and rebuildable (the index caches: sizes, headers and CRC32s are
-checked on load); it saves the one or two disk flushes per file that dominate writing
-thousands of small cache files.
+checked on load); it saves one or two disk flushes per file.
 """
 
 from __future__ import annotations
@@ -18,8 +17,9 @@ import contextlib
 import os
 import secrets
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 
 def temporary_sibling(path: str | os.PathLike) -> str:
@@ -42,8 +42,7 @@ def _create_sibling(path: str | os.PathLike) -> tuple:
     """``(name, fd)`` of a new temporary sibling of ``path``, opened for writing.
 
     One ``open(O_CREAT | O_EXCL)`` (mode 0666 less the umask, like a plain ``open``)
-    instead of :func:`temporary_sibling`'s mkstemp, fchmod, close and a second open:
-    file creation dominates writing thousands of small cache files."""
+    instead of :func:`temporary_sibling`'s mkstemp, fchmod, close and a second open."""
     path = os.fspath(path)
     folder, name = os.path.split(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) \

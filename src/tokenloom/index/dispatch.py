@@ -1,0 +1,100 @@
+"""Which implementation builds each index, for which inputs: the one table.
+
+Every public builder of :mod:`tokenloom.index` asks a ``*_route`` function below which
+implementation to run. The choice depends on the inputs only (their sizes and kinds),
+never on what the process did before; every implementation gives bit-identical output
+(property-tested against :mod:`tokenloom.index.reference`). When the numba kernels are
+unavailable (``TOKENLOOM_DISABLE_NUMBA=1``, or numba cannot be imported, see
+:mod:`tokenloom.kernels`) a route naming a kernel runs the reference twin instead.
+
+=================  =======================================================  ==================
+index              inputs                                                   implementation
+=================  =======================================================  ==================
+blending           ``size * (datasets + 750) <= BLEND_NUMPY_MAX_WORK``       ``NUMPY``
+blending           ``datasets < BLEND_SCAN_BELOW``                           ``SCAN`` kernel
+blending           otherwise                                                ``FAST`` kernel
+exhaustive blend   ``sum(sizes) * (datasets + 750) <= BLEND_NUMPY_MAX_WORK`` ``REFERENCE``
+exhaustive blend   ``datasets < BLEND_SCAN_BELOW``                           ``SCAN`` kernel
+exhaustive blend   otherwise                                                ``FAST`` kernel
+sample index       ``len(document_index) <= SAMPLE_VECTORIZED_MAX_DOCUMENTS`` ``VECTORIZED``
+sample index       otherwise                                                ``KERNEL``
+shuffle            a C-contiguous writeable 1-D array of 1/2/4/8-byte items  ``KERNEL``
+                   with at least ``SHUFFLE_KERNEL_MIN_SIZE`` items, MT19937
+shuffle            otherwise                                                ``NUMPY``
+=================  =======================================================  ==================
+
+The thresholds are where the cheaper-to-start implementation stops being at least as
+fast, in a process that has not loaded numba yet (its first kernel call loads numba
+and the cached machine code); the measurements are in ``BENCHMARKS.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+
+__all__ = ["BLEND_NUMPY_MAX_WORK", "BLEND_SCAN_BELOW", "FAST", "KERNEL", "NUMPY",
+           "REFERENCE", "SAMPLE_VECTORIZED_MAX_DOCUMENTS", "SCAN", "SHUFFLE_KERNEL_MIN_SIZE",
+           "VECTORIZED", "blending_route", "exhaustive_route", "sample_index_route",
+           "shuffle_route"]
+
+#: implementation names
+NUMPY, REFERENCE, VECTORIZED, SCAN, FAST, KERNEL = (
+    "numpy", "reference", "vectorized", "scan", "fast", "kernel")
+
+BLEND_NUMPY_MAX_WORK = 25_000_000
+"""Blends with ``size * (datasets + 750)`` up to this are built by the numpy scan
+without numba (its cost is proportional to that product)."""
+
+BLEND_SCAN_BELOW = 24
+"""Blends of fewer datasets take the plain O(datasets)-per-sample scan kernel; from
+this many on, the sub-linear greedy (``kernels.blend_fast``) is faster."""
+
+SAMPLE_VECTORIZED_MAX_DOCUMENTS = 4096
+"""Document indices up to this length are cut into samples by cumulative sums (a few
+numpy calls); longer ones by the one-pass kernel."""
+
+SHUFFLE_KERNEL_MIN_SIZE = 8192
+"""Arrays shorter than this are shuffled by numpy's own ``RandomState.shuffle``:
+reading and writing the generator state costs more than the kernel saves on them."""
+
+_BLEND_NUMPY_OVERHEAD = 750  # per-sample cost of the numpy scan, in units of datasets
+
+
+def blending_route(num_datasets: int, size: int) -> str:
+    """``NUMPY``, ``SCAN`` or ``FAST`` for ``build_blending_indices``."""
+    if size * (num_datasets + _BLEND_NUMPY_OVERHEAD) <= BLEND_NUMPY_MAX_WORK:
+        return NUMPY
+    return SCAN if num_datasets < BLEND_SCAN_BELOW else FAST
+
+
+def exhaustive_route(num_datasets: int, total: int) -> str:
+    """``REFERENCE``, ``SCAN`` or ``FAST`` for ``build_exhaustive_blending_indices``."""
+    if total * (num_datasets + _BLEND_NUMPY_OVERHEAD) <= BLEND_NUMPY_MAX_WORK:
+        return REFERENCE
+    return SCAN if num_datasets < BLEND_SCAN_BELOW else FAST
+
+
+def sample_index_route(document_index: Any) -> str:
+    """``VECTORIZED`` or ``KERNEL`` for ``build_sample_index`` (odd inputs: ``KERNEL``,
+    whose checked path reports them)."""
+    shape = getattr(document_index, "shape", None)
+    if shape is not None and len(shape) == 1 and shape[0] <= SAMPLE_VECTORIZED_MAX_DOCUMENTS:
+        return VECTORIZED
+    return KERNEL
+
+
+def shuffle_route(random_state: Any, x: Any) -> str:
+    """``KERNEL`` or ``NUMPY`` for ``legacy_shuffle(random_state, x)``."""
+    fits = (
+        type(random_state) is numpy.random.RandomState
+        and type(x) is numpy.ndarray
+        and x.ndim == 1
+        and x.shape[0] >= SHUFFLE_KERNEL_MIN_SIZE
+        and x.flags.c_contiguous
+        and x.flags.writeable
+        and not x.dtype.hasobject
+        and x.dtype.itemsize in (1, 2, 4, 8)
+    )
+    return KERNEL if fits else NUMPY

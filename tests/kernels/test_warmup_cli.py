@@ -1,0 +1,35 @@
+"""``tokenloom warmup``: a --help that teaches, one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenloom.cli.main import main
+
+
+def test_help_explains_where_the_cache_goes(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["warmup", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for needed in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME", "container", "--token-dtypes"):
+        assert needed in text
+
+
+def test_unknown_group_is_a_one_line_error(capsys):
+    assert main(["warmup", "--kernels", "index,bogus"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown kernel group or token dtype 'bogus'" in err and "Traceback" not in err
+
+
+def test_disabled_numba_is_a_one_line_error(capsys, monkeypatch):
+    monkeypatch.setenv("TOKENLOOM_DISABLE_NUMBA", "1")
+    assert main(["warmup"]) == 1
+    assert "TOKENLOOM_DISABLE_NUMBA" in capsys.readouterr().err
+
+
+def test_warm_up_one_group_reports_it(capsys):
+    pytest.importorskip("numba")
+    assert main(["warmup", "--kernels", "shuffle"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("shuffle") and "cached in" in out
