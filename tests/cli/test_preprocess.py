@@ -102,3 +102,110 @@ def test_entry_point_with_workers_and_a_trained_tokenizer(tmp_path, jsonl, texts
     assert "2 workers" in done.stdout.splitlines()[-1]
     with IndexedDataset(str(tmp_path / "w2_text_document")) as dataset:
         assert [tokenizer.decode(dataset[i][:-1]) for i in range(len(dataset))] == texts
+
+
+GOLDEN = (os.path.dirname(os.path.abspath(__file__)) + "/../../../shared/golden/"
+          "megatron-preprocess")
+requires_golden = pytest.mark.skipif(not os.path.isfile(os.path.join(GOLDEN, "manifest.json")),
+                                     reason=f"golden set not found at {GOLDEN}")
+
+
+@pytest.mark.parametrize("typo, suggestion", [
+    ("--tokeniser-type", "--tokenizer-type"),
+    ("--append-eos", "--append-eod"),
+    ("--jsonkeys", "--json-keys"),
+    ("--keep-sequentail-samples", "--keep-sequential-samples"),
+])
+def test_a_mistyped_flag_gets_did_you_mean(typo, suggestion, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["preprocess", "--input", "x", "--output-prefix", "o", "--tokenizer", "bytes",
+              typo, "1"])
+    assert exit_info.value.code == 2
+    assert f"unrecognized argument {typo}; did you mean {suggestion}?" in capsys.readouterr().err
+
+
+def test_a_mistyped_tokenizer_type_gets_did_you_mean(tmp_path, jsonl, capsys):
+    assert main(["preprocess", "--input", str(jsonl), "--output-prefix", str(tmp_path / "o"),
+                 "--tokenizer-type", "HuggingFaceTokenzier", "--tokenizer-model", "m"]) == 1
+    assert "did you mean HuggingFaceTokenizer?" in capsys.readouterr().err
+
+
+def test_both_or_neither_tokenizer_form_is_an_error(tmp_path, jsonl, capsys):
+    base = ["preprocess", "--input", str(jsonl), "--output-prefix", str(tmp_path / "o")]
+    assert main(base) == 1
+    assert "give the tokenizer once" in capsys.readouterr().err
+    assert main(base + ["--tokenizer", "bytes", "--tokenizer-type", "GPT2BPETokenizer"]) == 1
+    assert "give the tokenizer once" in capsys.readouterr().err
+
+
+@requires_golden
+def test_gpt2_vocab_json_as_tokenizer_hints_at_merge_file(tmp_path, capsys):
+    vocab = os.path.join(GOLDEN, "tokenizers", "gpt2_bpe", "vocab.json")
+    args = ["preprocess", "--input", os.path.join(GOLDEN, "inputs", "corpus.jsonl"),
+            "--output-prefix", str(tmp_path / "g"), "--tokenizer", vocab, "--append-eod",
+            "--no-progress"]
+    assert main(args) == 1
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "pass its merges.txt" in error
+    assert "--merge-file" in error
+    merges = os.path.join(GOLDEN, "tokenizers", "gpt2_bpe", "merges.txt")
+    assert main(args + ["--merge-file", merges]) == 0
+    for ext in ("bin", "idx"):  # Megatron's GPT2BPETokenizer bytes (case_29)
+        with open(tmp_path / f"g_text_document.{ext}", "rb") as ours, \
+                open(os.path.join(GOLDEN, "outputs", f"case_29_text_document.{ext}"), "rb") as ref:
+            assert ours.read() == ref.read()
+
+
+def _readme_megatron_command() -> list:
+    """The Megatron command line quoted in docs/preprocessing.md (between the markers)."""
+    docs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
+                        "preprocessing.md")
+    with open(docs, encoding="utf-8") as handle:
+        text = handle.read()
+    block = text.split("<!-- megatron-command -->")[1].split("```")[1]
+    line = " ".join(part.strip().rstrip("\\") for part in block.strip().splitlines())
+    words = line.split()
+    assert words[:2] == ["python", "tools/preprocess_data.py"], words
+    return words[2:]
+
+
+@requires_golden
+@pytest.mark.timeout(300)
+def test_the_readme_megatron_command_runs_unchanged(tmp_path):
+    """The docs' Megatron command, run as ``tokenloom preprocess ARGS``, writes Megatron's bytes."""
+    for name in ("inputs", "tokenizers"):
+        os.symlink(os.path.join(GOLDEN, name), tmp_path / name)
+    (tmp_path / "outputs").mkdir()
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    done = subprocess.run([sys.executable, "-m", "tokenloom", "preprocess",
+                           *_readme_megatron_command()], cwd=tmp_path, capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "settings: special tokens: post-processor adds [1]" in done.stdout.splitlines()[0]
+    for ext in ("bin", "idx"):  # case_06: hf_bos, --append-eod, text, 2 workers
+        assert (tmp_path / "outputs" / f"llama_text_document.{ext}").read_bytes() == open(
+            os.path.join(GOLDEN, "outputs", f"case_06_text_document.{ext}"), "rb").read()
+
+
+def test_split_sentences_without_punkt_says_how_to_provide_it(tmp_path, jsonl, capsys):
+    code = main(["preprocess", "--input", str(jsonl), "--output-prefix", str(tmp_path / "s"),
+                 "--tokenizer", "bytes", "--split-sentences", "--punkt-path", str(tmp_path)])
+    error = capsys.readouterr().err.strip()
+    assert code == 1 and len(error.splitlines()) == 1
+    assert "punkt" in error and "--punkt-path" in error and "--split-sentences-rules" in error
+
+
+def test_rule_sentence_splitting_writes_sentence_outputs(tmp_path, capsys):
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps({"text": "Dr. Who came. He left! Why?"}) + "\n")
+    assert main(["preprocess", "--input", str(path), "--output-prefix", str(tmp_path / "s"),
+                 "--tokenizer", "bytes", "--split-sentences-rules", "--append-eod",
+                 "--no-progress", "--log-interval", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "sentences split by rules" in captured.out.splitlines()[0]
+    assert "Processed 1 records" in captured.err
+    with IndexedDataset(str(tmp_path / "s_text_sentence")) as dataset:
+        sentences = [bytes(numpy.asarray(dataset[i], dtype=numpy.uint8)[
+            : len(dataset[i]) - (i == len(dataset) - 1)]).decode() for i in range(len(dataset))]
+        assert dataset.document_indices.tolist() == [0, 3]
+    assert sentences == ["Dr. Who came.", "He left!", "Why?"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from tests.tokenizer_models import hf_path, real_texts, sentencepiece_path, tiktoken_path  # noqa: F401
 
 

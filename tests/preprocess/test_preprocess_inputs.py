@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -9,8 +10,13 @@ import pytest
 from tests.preprocess._preprocess_helpers import compress, write_jsonl
 
 from tokenloom.errors import PreprocessError
-from tokenloom.preprocess.inputs import (detect_compression, expand_inputs, iter_chunks,
-                                         iter_file_chunks)
+from tokenloom.preprocess import preprocess
+from tokenloom.preprocess.inputs import (
+    detect_compression,
+    expand_inputs,
+    iter_chunks,
+    iter_file_chunks,
+)
 
 COMPRESSIONS = ["none", "gzip", "zstd", "bzip2", "xz"]
 
@@ -69,11 +75,28 @@ def test_bad_inputs(tmp_path, pattern, message):
         expand_inputs([])
 
 
-def test_truncated_gzip_is_a_clear_error(tmp_path, corpus_records):
-    path = write_jsonl(tmp_path / "d.jsonl.gz", corpus_records, "gzip")
-    path.write_bytes(path.read_bytes()[:-200])
-    with pytest.raises(PreprocessError, match=r"d.jsonl.gz: cannot decompress \(gzip\).*truncated"):
-        list(iter_file_chunks(str(path)))
+@pytest.mark.parametrize("compression", ["gzip", "zstd", "bzip2", "xz"])
+@pytest.mark.parametrize("keep", [0.3, 0.5, 0.97])
+def test_truncated_compressed_input_fails_naming_the_file(tmp_path, corpus_records, compression,
+                                                          keep):
+    """Cut anywhere (mid-line too): 'truncated', never 'malformed JSON' nor a short dataset."""
+    path = write_jsonl(tmp_path / f"d.{compression}", corpus_records, compression)
+    data = path.read_bytes()
+    path.write_bytes(data[:int(len(data) * keep)])
+    with pytest.raises(PreprocessError, match=rf"d\.{compression}: .*truncated") as caught:
+        preprocess(str(path), str(tmp_path / "out"), "bytes", show_progress=False)
+    assert "malformed" not in str(caught.value)
+    assert not list(tmp_path.glob("out*"))
+
+
+def test_concatenated_zstd_frames_are_all_read(tmp_path, corpus_records):
+    whole = b"".join(json.dumps(r).encode() + b"\n" for r in corpus_records)
+    half = len(corpus_records) // 2
+    parts = [b"".join(json.dumps(r).encode() + b"\n" for r in records)
+             for records in (corpus_records[:half], corpus_records[half:])]
+    path = tmp_path / "two.zst"
+    path.write_bytes(compress(parts[0], "zstd") + compress(parts[1], "zstd"))
+    assert b"".join(chunk.data for chunk in iter_file_chunks(str(path), 4096)) == whole
 
 
 def test_corrupt_zstd_is_a_clear_error(tmp_path, corpus_records):

@@ -1,30 +1,53 @@
-"""``tokenloom preprocess``: tokenize JSONL into Megatron ``.bin``/``.idx`` pairs."""
+"""``tokenloom preprocess``: tokenize JSONL, Parquet or HF datasets into ``.bin``/``.idx`` pairs.
+
+Megatron-LM's ``tools/preprocess_data.py`` command lines run unchanged and write
+Megatron's bytes (see :mod:`tokenloom.cli._preprocess_flags`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 
+from tokenloom.cli._preprocess_flags import (
+    SuggestingParser,
+    add_megatron_flags,
+    add_sentence_flags,
+    policy_from_args,
+    settings_line,
+    splitter_from_args,
+    tokenizer_from_args,
+)
 from tokenloom.tokenizers.spec import SPEC_HELP
 
 DESCRIPTION = """\
-Tokenize JSON-lines text into Megatron's indexed format, one .bin/.idx pair per JSON key:
+Tokenize text into Megatron's indexed format, one .bin/.idx pair per JSON key:
   {OUTPUT_PREFIX}_{KEY}_document.bin / .idx
-Each input line is a JSON object; the string under each --json-keys key is one document.
-Inputs may be plain, gzip, zstd (needs the zstandard package), bzip2 or xz compressed
-(recognised by their first bytes); globs are expanded (quote them).  The token dtype is
-uint16 for vocabularies below 65500 ids, else int32 (as Megatron chooses).
+Each input line is a JSON object; the string under each --json-keys key is one document
+(a list of strings: its sentences, one sequence each, as Megatron).  Inputs may be plain,
+gzip, zstd (needs the zstandard package), bzip2 or xz compressed JSONL, or Parquet files
+(a column per key; needs pyarrow), recognised by their first bytes; globs are expanded
+(quote them).  --hf-dataset reads a Hugging Face dataset saved with save_to_disk.  The
+token dtype is uint16 for vocabularies below 65500 ids, else int32 (as Megatron).
+
+Megatron-LM's own command lines work unchanged (--tokenizer-type, --tokenizer-model,
+--vocab-file, --merge-file, --partitions, ...) and write Megatron-LM main's bytes; the
+table "Megatron flag -> tokenloom flag" in docs/preprocessing.md lists the differences.
+An empty document (zero tokens) is kept as a document with no sequence, as Megatron.
 
 Bad input (each policy is 'fail': stop and name FILE:LINE, or 'skip': drop it and count it
 in the summary; nothing is dropped silently):
   --on-bad-json     a line that is not valid JSON/UTF-8 or not a JSON object   (default fail)
   --on-missing-key  the object lacks a --json-keys key; with several keys only
                     that key's document is skipped                             (default fail)
-  --on-bad-type     the value is not a string (null, number, list, ...)        (default fail)
-  --on-empty        the document encodes to zero tokens, e.g. ""  (skip|keep|fail, default skip;
-                    keep writes an empty document, just the EOD with --append-eod)
-Blank lines are ignored and counted.  The exit status is 0 when the outputs were written,
-even if records were skipped (the summary says how many and why), 1 on an error (nothing
+  --on-bad-type     the value is not a string or a list of strings             (default fail)
+  --on-empty        the document encodes to zero tokens, e.g. ""  (keep|skip|fail, default keep:
+                    Megatron's rule, a document with no sequence and no EOD)
+  --on-blank-line   a line of only whitespace (default skip; fail with --tokenizer-type, as
+                    Megatron stops there)
+The first line printed names every setting that differs from Megatron.  The exit
+status is 0 when the outputs were written, even if records were skipped (the summary says how many and why), 1 on an error (nothing
 is written then; existing outputs are left untouched).
 
 Speed: batches of lines go through the tokenizer library's batch encoder while reading,
@@ -41,32 +64,47 @@ examples:
       --tokenizer tiktoken:cl100k_base.tiktoken --append-eod
   tokenloom preprocess --input docs.jsonl --output-prefix out/doc --tokenizer bytes \\
       --json-keys title body --on-missing-key skip
+  tokenloom preprocess --input corpus.jsonl --output-prefix out/c --workers 4 \\
+      --tokenizer-type HuggingFaceTokenizer --tokenizer-model ./llama-tokenizer --append-eod
+  tokenloom preprocess --input 'data/*.parquet' --output-prefix out/pq --tokenizer hf:tok.json
 """
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "preprocess", help="tokenize JSONL into .bin/.idx pairs", description=DESCRIPTION,
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--input", nargs="+", action="extend", required=True,
-                        metavar="FILE_OR_GLOB", help="JSONL files or glob patterns (repeatable)")
+        "preprocess", help="tokenize JSONL/Parquet/HF datasets into .bin/.idx pairs",
+        description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.__class__ = SuggestingParser  # unknown flags get "did you mean"
+    parser.add_argument("--input", nargs="+", action="extend", default=None,
+                        metavar="FILE_OR_GLOB",
+                        help="JSONL or Parquet files or glob patterns (repeatable)")
+    parser.add_argument("--hf-dataset", metavar="PATH",
+                        help="a Hugging Face dataset saved with save_to_disk (instead of --input)")
+    parser.add_argument("--hf-split", metavar="NAME", help="the split of a --hf-dataset DatasetDict")
     parser.add_argument("--output-prefix", required=True, metavar="P",
                         help="outputs are P_{key}_document.bin/.idx")
-    parser.add_argument("--tokenizer", required=True, metavar="SPEC", help=SPEC_HELP)
+    parser.add_argument("--tokenizer", default=None, metavar="SPEC", help=SPEC_HELP)
     parser.add_argument("--json-keys", nargs="+", default=["text"], metavar="KEY",
                         help="keys holding the documents (default: text)")
     parser.add_argument("--append-eod", action="store_true",
-                        help="append the end-of-document token to every document")
+                        help="append the end-of-document token to every non-empty document")
     parser.add_argument("--eod-token", default=None, metavar="TOKEN_OR_ID",
                         help="end-of-document token (text or id) when the detected one is wrong")
     parser.add_argument("--tiktoken-pattern", default=None, metavar="NAME_OR_REGEX",
-                        help="split pattern for a .tiktoken file with a non-standard name")
+                        help="tiktoken split pattern: v1/v2 with --tokenizer-type TikTokenizer; "
+                             "an encoding name or regex for a .tiktoken file")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="tokenizing processes (default 1: in-process threads)")
     parser.add_argument("--chunk-mb", type=float, default=1.0, metavar="MB",
                         help="input MiB per tokenizer batch at most (default 1; inputs of a "
                              "few MB are cut finer, so that the stages overlap)")
+    add_megatron_flags(parser)
+    add_sentence_flags(parser)
     _add_policies(parser)
+    from tokenloom.preprocess.ray_engine.cli import add_engine_flags
+
+    add_engine_flags(parser)  # --engine ray [--address] [--num-shards] [--no-merge] (docs/ray.md)
     parser.add_argument("--progress", dest="show_progress", action="store_true", default=None,
                         help="always show the progress bar (default: only on a terminal)")
     parser.add_argument("--no-progress", dest="show_progress", action="store_false",
@@ -81,27 +119,44 @@ def _add_policies(parser) -> None:
     group.add_argument("--on-bad-json", choices=ERROR_CHOICES, default="fail")
     group.add_argument("--on-missing-key", choices=ERROR_CHOICES, default="fail")
     group.add_argument("--on-bad-type", choices=ERROR_CHOICES, default="fail")
-    group.add_argument("--on-empty", choices=EMPTY_CHOICES, default="skip")
+    group.add_argument("--on-empty", choices=EMPTY_CHOICES, default="keep")
+    group.add_argument("--on-blank-line", choices=ERROR_CHOICES, default=None)
+
+
+def _inputs(args):
+    from tokenloom.errors import ConfigError
+    from tokenloom.preprocess.sources import HFDiskDataset
+
+    if (args.input is None) == (args.hf_dataset is None):
+        raise ConfigError("give the input once: --input FILE_OR_GLOB... or --hf-dataset PATH")
+    if args.hf_dataset is not None:
+        return HFDiskDataset(args.hf_dataset, args.hf_split)
+    if args.hf_split is not None:
+        raise ConfigError("--hf-split applies to --hf-dataset only")
+    return args.input
 
 
 def run(args) -> int:
     from tokenloom.errors import ConfigError
-    from tokenloom.preprocess import Policy, preprocess
-    from tokenloom.tokenizers import load_tokenizer
+    from tokenloom.preprocess import preprocess
+    from tokenloom.preprocess.ray_engine.cli import engine_from_args
 
-    if args.chunk_mb <= 0:
-        raise ConfigError(f"--chunk-mb {args.chunk_mb}: use a positive size")
+    preprocess = engine_from_args(args, preprocess)  # the local engine, or --engine ray
+    if not math.isfinite(args.chunk_mb) or args.chunk_mb <= 0:
+        raise ConfigError(f"--chunk-mb {args.chunk_mb}: use a positive, finite size in MiB")
+    inputs = _inputs(args)
     # --workers is the one parallelism knob: keep Hugging Face's thread pool out of it
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    tokenizer = load_tokenizer(args.tokenizer, eod=args.eod_token, pattern=args.tiktoken_pattern)
-    policy = Policy(on_bad_json=args.on_bad_json, on_missing_key=args.on_missing_key,
-                    on_bad_type=args.on_bad_type, on_empty=args.on_empty)
+    tokenizer = tokenizer_from_args(args)
+    policy, splitter = policy_from_args(args), splitter_from_args(args)
     print(f"tokenloom preprocess: {tokenizer!r}, {len(args.json_keys)} key(s), "
-          f"{args.workers} worker(s)", flush=True)
-    summary = preprocess(args.input, args.output_prefix, tokenizer, json_keys=args.json_keys,
+          f"{args.workers} worker(s); {settings_line(tokenizer, policy, args)}", flush=True)
+    summary = preprocess(inputs, args.output_prefix, tokenizer, json_keys=args.json_keys,
                          append_eod=args.append_eod, workers=args.workers, policy=policy,
-                         chunk_bytes=int(args.chunk_mb * (1 << 20)),
-                         show_progress=args.show_progress)
+                         chunk_bytes=max(int(args.chunk_mb * (1 << 20)), 1),
+                         show_progress=args.show_progress, partitions=args.partitions,
+                         keep_sequential_samples=args.keep_sequential_samples,
+                         sentence_splitter=splitter, log_interval=args.log_interval)
     for line in summary.lines():
         print(line)
     return 0

@@ -4,6 +4,12 @@ This is the work a preprocess worker does (in-process with ``--workers 1``, in a
 process otherwise).  Tokens are converted to the output dtype here, after checking
 that every id lies inside the tokenizer's vocabulary, so that writing is a memcpy.
 
+Megatron's document rules are applied here, vectorised: every sentence of a document
+is encoded on its own and becomes one sequence; sentences of zero tokens are dropped;
+the EOD (``append_eod``) goes at the end of the document's last sequence; a document
+left with no sequence is *empty* and follows ``Policy.on_empty`` (``keep``: a document
+with no sequence and no EOD, Megatron's rule).
+
 The work has two halves: :func:`start_encoding` is the tokenizer's own batch call,
 which runs in native code with the GIL released; :func:`finish_encoding` turns its
 output (Python id lists) into arrays, which needs the GIL.  With one worker the
@@ -16,23 +22,55 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional, Sequence
+from typing import Any, Optional
 
 import numpy
 
 from tokenloom.errors import PreprocessError, TokenizerError
-from tokenloom.preprocess.inputs import RawChunk
-from tokenloom.preprocess.records import FAIL, KEEP, ParsedChunk, Policy, parse_chunk
+from tokenloom.preprocess.records import FAIL, KEEP, ParsedChunk, Policy, Splitter
+from tokenloom.preprocess.sources import parse_any
+
+
+@dataclass(frozen=True)
+class EncodeSpec:
+    """What a worker needs to turn input chunks into output arrays."""
+
+    keys: tuple[str, ...]
+    """The JSON keys (one output each)."""
+    policy: Policy
+    """Bad-record policies."""
+    dtype: Any
+    """Output token dtype."""
+    eod: Optional[int] = None
+    """End-of-document id appended to every non-empty document (None: none)."""
+    splitter: Splitter = None
+    """Sentence splitter applied to every text (None: a text is one sentence)."""
+
+
+@dataclass
+class KeyOutput:
+    """One key's share of a chunk: flat tokens, sequence lengths, sequences per document."""
+
+    tokens: numpy.ndarray
+    sequence_lengths: numpy.ndarray
+    sequence_counts: numpy.ndarray
+    lines: numpy.ndarray  # line (or row) number of every document
+
+    @property
+    def documents(self) -> int:
+        return int(self.sequence_counts.shape[0])
 
 
 @dataclass
 class EncodedChunk:
-    """Tokens of one chunk: per key a flat array in the output dtype and the documents' lengths."""
+    """Tokens of one chunk, per key, and the counts of what was read."""
 
-    tokens: Dict[str, numpy.ndarray]
-    lengths: Dict[str, numpy.ndarray]
+    path: str
+    outputs: dict[str, KeyOutput]
     skipped: Counter = field(default_factory=Counter)
+    first_line: int = 1
     line_count: int = 0
     blank_lines: int = 0
     nbytes: int = 0
@@ -40,7 +78,7 @@ class EncodedChunk:
     worker_cpu_seconds: float = 0.0  # CPU time a worker process spent on this chunk
 
 
-def _check_ids(flat: numpy.ndarray, tokenizer, where: str) -> None:
+def _check_ids(flat: numpy.ndarray, tokenizer: Any, where: str) -> None:
     if flat.size == 0:
         return
     low, high = int(flat.min()), int(flat.max())
@@ -51,7 +89,7 @@ def _check_ids(flat: numpy.ndarray, tokenizer, where: str) -> None:
                              "vocab_size is wrong")
 
 
-def _encode_texts(tokenizer, texts) -> Callable[[], tuple]:
+def _encode_texts(tokenizer: Any, texts: list) -> Callable[[], tuple]:
     """Run the tokenizer on ``texts`` now; the result converts to (flat, lengths) when called."""
     deferred = getattr(tokenizer, "encode_batch_deferred", None)
     if deferred is not None:
@@ -66,18 +104,36 @@ def _encode_texts(tokenizer, texts) -> Callable[[], tuple]:
     return lambda: (flat, lengths)
 
 
-def _apply_empty_policy(lengths: numpy.ndarray, lines, key: str, parsed: ParsedChunk,
-                        policy: Policy) -> numpy.ndarray:
-    empty = lengths == 0
+def _documents(flat: numpy.ndarray, text_lengths: numpy.ndarray, counts: numpy.ndarray,
+               eod: Optional[int]) -> tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
+    """Megatron's rules: (tokens, sequence lengths, sequences per document)."""
+    text_lengths = numpy.asarray(text_lengths, dtype=numpy.int64)
+    nonzero = text_lengths > 0
+    owner = numpy.repeat(numpy.arange(counts.shape[0]), counts)
+    lengths = text_lengths[nonzero]
+    per_doc = numpy.bincount(owner[nonzero], minlength=counts.shape[0]).astype(numpy.int64)
+    if eod is None or lengths.shape[0] == 0:
+        return flat, lengths, per_doc
+    last = numpy.cumsum(per_doc)[per_doc > 0] - 1  # each non-empty document's last sequence
+    flat = numpy.insert(flat, numpy.cumsum(lengths)[last], eod)
+    lengths = lengths.copy()
+    lengths[last] += 1
+    return flat, lengths, per_doc
+
+
+def _apply_empty_policy(out: KeyOutput, key: str, parsed: ParsedChunk,
+                        policy: Policy) -> KeyOutput:
+    empty = out.sequence_counts == 0
     if policy.on_empty == KEEP or not empty.any():
-        return lengths
+        return out
     if policy.on_empty == FAIL:
-        line = lines[int(numpy.flatnonzero(empty)[0])]
+        line = int(out.lines[int(numpy.flatnonzero(empty)[0])])
         raise PreprocessError(f"{parsed.path}:{line}: the document under key {key!r} is empty "
-                              "(it encodes to zero tokens); remove it, or pass --on-empty skip "
-                              "(or keep)")
+                              "(it encodes to zero tokens); remove it, or pass --on-empty keep "
+                              "(Megatron's rule) or skip")
     parsed.skipped[("empty", key)] += int(empty.sum())
-    return lengths[~empty]
+    return KeyOutput(out.tokens, out.sequence_lengths, out.sequence_counts[~empty],
+                     out.lines[~empty])
 
 
 @dataclass
@@ -85,55 +141,60 @@ class PendingChunk:
     """A parsed chunk whose texts the tokenizer has encoded; ``finish`` converts its output."""
 
     parsed: ParsedChunk
-    finishers: Dict[str, Callable[[], tuple]]
+    finishers: dict[str, Callable[[], tuple]]
 
 
-def start_encoding(parsed: ParsedChunk, tokenizer) -> PendingChunk:
+def start_encoding(parsed: ParsedChunk, tokenizer: Any) -> PendingChunk:
     """The tokenizer's batch call for every key of ``parsed`` (the expensive, GIL-free part)."""
     return PendingChunk(parsed, {key: _encode_texts(tokenizer, texts)
                                  for key, texts in parsed.texts.items()})
 
 
-def finish_encoding(pending: PendingChunk, tokenizer, dtype, policy: Policy) -> EncodedChunk:
-    """Convert the tokenizer's output to flat arrays in ``dtype``; empty documents follow ``policy``."""
+def finish_encoding(pending: PendingChunk, tokenizer: Any, spec: EncodeSpec) -> EncodedChunk:
+    """Convert the tokenizer's output to per-key arrays in ``spec.dtype`` (Megatron's rules)."""
     parsed = pending.parsed
-    out = EncodedChunk({}, {}, line_count=parsed.line_count, blank_lines=parsed.blank_lines,
+    out = EncodedChunk(parsed.path, {}, first_line=parsed.first_line,
+                       line_count=parsed.line_count, blank_lines=parsed.blank_lines,
                        nbytes=parsed.nbytes, disk_bytes=parsed.disk_bytes)
     for key, finish in pending.finishers.items():
-        flat, lengths = finish()
+        flat, text_lengths = finish()
         _check_ids(flat, tokenizer, f"{parsed.path} (key {key!r})")
-        out.lengths[key] = _apply_empty_policy(lengths, parsed.lines[key], key, parsed, policy)
-        out.tokens[key] = flat.astype(dtype, copy=False)
+        counts = numpy.asarray(parsed.counts[key], dtype=numpy.int64)
+        tokens, lengths, per_doc = _documents(numpy.asarray(flat), text_lengths, counts, spec.eod)
+        result = KeyOutput(tokens.astype(spec.dtype, copy=False), lengths, per_doc,
+                           numpy.asarray(parsed.lines[key], dtype=numpy.int64))
+        out.outputs[key] = _apply_empty_policy(result, key, parsed, spec.policy)
     out.skipped = parsed.skipped
     return out
 
 
-def encode_parsed(parsed: ParsedChunk, tokenizer, dtype, policy: Policy) -> EncodedChunk:
-    """Batch-encode every key's texts of ``parsed``; empty documents follow ``policy``."""
-    return finish_encoding(start_encoding(parsed, tokenizer), tokenizer, dtype, policy)
+def encode_parsed(parsed: ParsedChunk, tokenizer: Any, spec: EncodeSpec) -> EncodedChunk:
+    """Batch-encode every key's texts of ``parsed`` (Megatron's document rules)."""
+    return finish_encoding(start_encoding(parsed, tokenizer), tokenizer, spec)
 
 
 # -- worker-process side --------------------------------------------------------------
 _WORKER: Optional[dict] = None
 
 
-def init_worker(tokenizer, keys: Sequence[str], dtype, policy: Policy) -> None:
+def init_worker(tokenizer: Any, spec: EncodeSpec) -> None:
     """Process-pool initializer: remember the job; the tokenizer runs single-threaded."""
     global _WORKER
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker process
-    _WORKER = {"tokenizer": tokenizer, "keys": tuple(keys), "dtype": dtype, "policy": policy}
+    _WORKER = {"tokenizer": tokenizer, "spec": spec}
 
 
-def process_chunk(chunk: RawChunk) -> EncodedChunk:
-    """Parse and encode one raw chunk in a worker process."""
+def process_chunk(chunk: Any) -> EncodedChunk:
+    """Parse and encode one raw chunk (JSONL bytes or records) in a worker process."""
     if _WORKER is None:
         raise RuntimeError("process_chunk called outside a preprocess worker")
     job, started = _WORKER, time.process_time()
-    parsed = parse_chunk(chunk, job["keys"], job["policy"])
-    encoded = encode_parsed(parsed, job["tokenizer"], job["dtype"], job["policy"])
+    spec: EncodeSpec = job["spec"]
+    parsed = parse_any(chunk, spec)
+    encoded = encode_parsed(parsed, job["tokenizer"], spec)
     encoded.worker_cpu_seconds = time.process_time() - started
     return encoded
 
 
-__all__ = ["EncodedChunk", "PendingChunk", "start_encoding", "finish_encoding", "encode_parsed",
-           "init_worker", "process_chunk"]
+__all__ = ["EncodeSpec", "KeyOutput", "EncodedChunk", "PendingChunk", "start_encoding",
+           "finish_encoding", "encode_parsed", "init_worker", "process_chunk"]

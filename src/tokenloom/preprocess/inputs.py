@@ -14,8 +14,9 @@ import glob
 import gzip
 import lzma
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, Iterator, List, Sequence, Tuple
+from typing import IO
 
 from tokenloom.errors import PreprocessError
 
@@ -46,7 +47,7 @@ class RawChunk:
     disk_bytes: int
 
 
-def expand_inputs(patterns: Sequence[str]) -> List[str]:
+def expand_inputs(patterns: Sequence[str]) -> list[str]:
     """Expand files and glob patterns (``**`` included) into a list of files, in order.
 
     A pattern that matches nothing, or a path that is not a file, is an error; a file
@@ -54,7 +55,7 @@ def expand_inputs(patterns: Sequence[str]) -> List[str]:
     """
     if isinstance(patterns, (str, os.PathLike)):
         patterns = [patterns]
-    files: List[str] = []
+    files: list[str] = []
     for pattern in map(os.fspath, patterns):
         if glob.has_magic(pattern):
             matches = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
@@ -85,6 +86,47 @@ def detect_compression(path: str) -> str:
     return "none"
 
 
+class _ZstdReader:
+    """Decompresses every zstandard frame of ``raw`` in turn; a file that ends inside a
+    frame is an error (zstandard's own stream reader returns short data silently)."""
+
+    def __init__(self, zstandard, raw: IO[bytes], path: str) -> None:
+        self._raw, self._path = raw, path
+        self._context = zstandard.ZstdDecompressor()
+        self._frame = self._context.decompressobj()
+        self._buffer = bytearray()
+        self._in_frame = False
+        self._eof = False
+
+    def _feed(self, block: bytes) -> None:
+        while block:
+            self._in_frame = True
+            self._buffer += self._frame.decompress(block)
+            if not self._frame.eof:
+                return
+            block = self._frame.unused_data
+            self._frame = self._context.decompressobj()
+            self._in_frame = False
+
+    def read(self, size: int) -> bytes:
+        while len(self._buffer) < size and not self._eof:
+            block = self._raw.read(1 << 20)
+            if not block:
+                self._eof = True
+                if self._in_frame:
+                    raise PreprocessError(f"{self._path}: the zstd file is truncated (it ends "
+                                          "inside a compressed frame); re-copy or re-compress "
+                                          "it")
+                break
+            self._feed(block)
+        out = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return out
+
+    def close(self) -> None:
+        self._buffer = bytearray()
+
+
 def _zstd_reader(raw: IO[bytes], path: str) -> IO[bytes]:
     try:
         import zstandard
@@ -92,16 +134,17 @@ def _zstd_reader(raw: IO[bytes], path: str) -> IO[bytes]:
         raise PreprocessError(f"{path} is zstandard-compressed but the 'zstandard' package is not "
                               "installed: pip install 'tokenloom[compression]' (or decompress "
                               "the file first with `zstd -d`)") from error
-    return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+    return _ZstdReader(zstandard, raw, path)  # type: ignore[return-value]
 
 
 @contextlib.contextmanager
-def open_input(path: str) -> Iterator[Tuple[IO[bytes], IO[bytes]]]:
+def open_input(path: str) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
     """Yield ``(decompressed stream, raw file)``; the raw file's position tracks progress."""
     kind = detect_compression(path)
     with open(path, "rb") as raw:
+        stream: IO[bytes]
         if kind == "gzip":
-            stream = gzip.GzipFile(fileobj=raw, mode="rb")
+            stream = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
         elif kind == "zstd":
             stream = _zstd_reader(raw, path)
         elif kind == "bzip2":
@@ -120,7 +163,10 @@ def open_input(path: str) -> Iterator[Tuple[IO[bytes], IO[bytes]]]:
 def _read(stream: IO[bytes], size: int, path: str, kind: str) -> bytes:
     try:
         return stream.read(size)
-    except (OSError, EOFError, lzma.LZMAError) as error:
+    except EOFError as error:
+        raise PreprocessError(f"{path}: the {kind} file is truncated ({error}); re-copy or "
+                              "re-compress it") from error
+    except (OSError, lzma.LZMAError) as error:
         raise PreprocessError(f"{path}: cannot decompress ({kind}): {error}; the file is "
                               "truncated or corrupt") from error
     except Exception as error:  # zstandard.ZstdError derives from Exception only
@@ -134,7 +180,7 @@ def iter_file_chunks(path: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Itera
     """Yield the lines of one file in chunks of about ``chunk_bytes`` (whole lines only)."""
     kind = detect_compression(path)
     line, disk_seen = 1, 0
-    pending: List[bytes] = []  # the start of a line that continues in the next block
+    pending: list[bytes] = []  # the start of a line that continues in the next block
     with open_input(path) as (stream, raw):
         while True:
             block = _read(stream, max(int(chunk_bytes), 1), path, kind)
@@ -156,6 +202,45 @@ def iter_file_chunks(path: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Itera
             yield RawChunk(path, line, rest, disk_now - disk_seen)
 
 
+def _range_start(handle: IO[bytes], start: int) -> tuple[int, int]:
+    """(first byte of the first line starting at or after ``start``, its 1-based line number)."""
+    position = 0
+    if start > 0:
+        handle.seek(start - 1)
+        if handle.read(1) != b"\n":
+            handle.readline()  # the rest of a line that began before start
+        position = handle.tell()
+    handle.seek(0)
+    newlines, left = 0, position
+    while left:
+        block = handle.read(min(left, 16 << 20))
+        newlines += block.count(b"\n")
+        left -= len(block)
+    return position, newlines + 1
+
+
+def iter_file_range_chunks(path: str, start: int, stop: int,
+                           chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[RawChunk]:
+    """Chunks of the lines of plain file ``path`` that start in ``[start, stop)``."""
+    if detect_compression(path) != "none":
+        raise PreprocessError(f"{path}: byte ranges need an uncompressed file (this one is "
+                              f"{detect_compression(path)}); pass the whole file instead")
+    if not 0 <= int(start) <= int(stop):
+        raise PreprocessError(f"{path}: bad byte range [{start}, {stop})")
+    with open(path, "rb") as handle:
+        position, line = _range_start(handle, int(start))
+        handle.seek(position)
+        while position < int(stop):
+            data = handle.read(max(min(int(chunk_bytes), int(stop) - position), 1))
+            if not data:
+                break
+            if not data.endswith(b"\n"):
+                data += handle.readline()  # finish the line that starts inside the range
+            yield RawChunk(path, line, data, len(data))
+            position += len(data)
+            line += data.count(b"\n")
+
+
 def iter_chunks(paths: Sequence[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[RawChunk]:
     """Chunks of every file in turn."""
     for path in paths:
@@ -168,4 +253,4 @@ def total_disk_bytes(paths: Sequence[str]) -> int:
 
 
 __all__ = ["RawChunk", "expand_inputs", "detect_compression", "open_input", "iter_file_chunks",
-           "iter_chunks", "total_disk_bytes", "DEFAULT_CHUNK_BYTES"]
+           "iter_file_range_chunks", "iter_chunks", "total_disk_bytes", "DEFAULT_CHUNK_BYTES"]

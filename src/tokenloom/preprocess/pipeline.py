@@ -1,5 +1,22 @@
 """The preprocess pipeline: read -> parse -> batch-encode -> write, stages overlapped.
 
+The one public entry point, also the one the Ray engine runs per shard::
+
+    preprocess(inputs, output_prefix, tokenizer, *, json_keys=("text",), append_eod=False,
+               workers=1, policy=None, chunk_bytes=DEFAULT_CHUNK_BYTES, show_progress=None,
+               partitions=1, keep_sequential_samples=False, sentence_splitter=None,
+               log_interval=None) -> PreprocessSummary
+
+``inputs`` is any of: file paths or globs (JSONL, compressed JSONL, Parquet), a
+:class:`~tokenloom.preprocess.sources.FileRange` (the lines of a plain JSONL file that
+start in a byte range), a Hugging Face ``Dataset``/``IterableDataset``, an
+:class:`~tokenloom.preprocess.sources.HFDiskDataset`, or any iterable of records
+(dicts) or texts (str, one key).  It writes ``{output_prefix}_{key}_document.bin/.idx``
+(``_sentence`` with a sentence splitter) per key, published atomically when every
+input was read, and returns the counts.  ``tokenizer`` is a tokenizer object (see
+:mod:`tokenloom.tokenizers`, e.g. from :func:`~tokenloom.tokenizers.load_tokenizer`
+or :func:`~tokenloom.tokenizers.megatron.build_megatron_tokenizer`) or a spec string.
+
 ``workers=1``: a reader thread reads and parses chunks of whole lines, the calling
 thread runs the tokenizer's batch call on them (Hugging Face, tiktoken and
 SentencePiece release the GIL while they encode), and a writer thread converts the
@@ -11,33 +28,40 @@ thread does only what the tokenizer does on its own, and the Python-side work
 running its tokenizer on one thread) parse and encode them, and the writer thread
 appends the results in input order, so the output is identical for any N.
 
-Outputs are written with ``IndexedDatasetBuilder.add_documents`` under temporary
-names and published only when every input was processed; on any error nothing is
-published and the old outputs, if any, stay as they were.
+Outputs are written under temporary names and published only when every input was
+processed; on any error nothing is published and the old outputs, if any, stay as
+they were.
 """
 
 from __future__ import annotations
 
-import collections
+import math
 import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import Dict, Optional, Sequence, Union
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Optional
 
 from tokenloom._progress import progress
 from tokenloom.errors import PreprocessError, TokenizerError
-from tokenloom.format import IndexedDatasetBuilder, get_bin_path, get_idx_path, optimal_dtype
+from tokenloom.format import optimal_dtype
+from tokenloom.preprocess._outputs import Outputs
+from tokenloom.preprocess._pool import WorkerPool
 from tokenloom.preprocess._threads import BackgroundIterator, BackgroundSink
-from tokenloom.preprocess.encode import (EncodedChunk, PendingChunk, finish_encoding, init_worker,
-                                         process_chunk, start_encoding)
-from tokenloom.preprocess.inputs import (DEFAULT_CHUNK_BYTES, expand_inputs, iter_chunks,
-                                         total_disk_bytes)
-from tokenloom.preprocess.records import Policy, parse_chunk
+from tokenloom.preprocess.encode import (
+    EncodeSpec,
+    PendingChunk,
+    finish_encoding,
+    init_worker,
+    process_chunk,
+    start_encoding,
+)
+from tokenloom.preprocess.inputs import DEFAULT_CHUNK_BYTES
+from tokenloom.preprocess.records import Policy, Splitter
+from tokenloom.preprocess.sources import open_source, parse_any
 from tokenloom.preprocess.summary import OutputStats, PreprocessSummary, dtype_name
+from tokenloom.provenance import preprocess_sidecars
 from tokenloom.tokenizers import load_tokenizer
-from tokenloom.tokenizers.base import split_flat
 
 _QUEUE_DEPTH = 4
 _CHUNKS_PER_WORKER = 8  # on inputs of a few MB
@@ -49,44 +73,10 @@ def output_prefix_for(output_prefix: str, key: str, level: str = "document") -> 
     return f"{os.fspath(output_prefix)}_{key}_{level}"
 
 
-class _Writer:
-    """Appends encoded chunks to one builder per key and keeps the counts."""
-
-    def __init__(self, prefixes: Dict[str, str], dtype, eod: Optional[int],
-                 summary: PreprocessSummary, bar) -> None:
-        self.builders = {key: IndexedDatasetBuilder(get_bin_path(prefix), dtype=dtype)
-                         for key, prefix in prefixes.items()}
-        self.prefixes, self.eod, self.summary, self.bar = prefixes, eod, summary, bar
-        self.started = time.perf_counter()
-
-    def write(self, chunk: EncodedChunk) -> None:
-        for key, builder in self.builders.items():
-            lengths = chunk.lengths.get(key)
-            if lengths is None or lengths.shape[0] == 0:
-                continue
-            builder.add_documents(split_flat(chunk.tokens[key], lengths), eod_token=self.eod,
-                                  chunk_size=1 << 62)
-            stats = self.summary.outputs[key]
-            stats.documents += int(lengths.shape[0])
-            stats.tokens += int(lengths.sum()) + (lengths.shape[0] if self.eod is not None else 0)
-        self.summary.add(chunk)
-        rate = self.summary.tokens / max(time.perf_counter() - self.started, 1e-9)
-        self.bar.set_postfix_str(f"{self.summary.documents:,} docs, {rate:,.0f} tok/s",
-                                 refresh=False)
-        self.bar.update(chunk.disk_bytes)  # redraws the bar with the new postfix
-
-    def finalize(self) -> None:
-        for key, builder in self.builders.items():
-            builder.finalize(get_idx_path(self.prefixes[key]))
-
-    def abort(self) -> None:
-        for builder in self.builders.values():
-            builder.abort()
-
-
-def _run_in_process(paths, keys, tokenizer, policy, chunk_bytes, sink) -> None:
+def _run_in_process(chunks: Iterator[Any], tokenizer: Any, spec: EncodeSpec,
+                    sink: BackgroundSink) -> None:
     """Reader thread parses, this thread encodes, the sink's thread converts and writes."""
-    parsed_chunks = (parse_chunk(chunk, keys, policy) for chunk in iter_chunks(paths, chunk_bytes))
+    parsed_chunks = (parse_any(chunk, spec) for chunk in chunks)
     reader = BackgroundIterator(parsed_chunks, maxsize=_QUEUE_DEPTH)
     try:
         for parsed in reader:
@@ -98,13 +88,14 @@ def _run_in_process(paths, keys, tokenizer, policy, chunk_bytes, sink) -> None:
         reader.close()
 
 
-def _consumer(writer: "_Writer", workers: int, tokenizer, dtype, policy):
+def _consumer(outputs: Outputs, workers: int, tokenizer: Any,
+              spec: EncodeSpec) -> Callable[[Any], None]:
     """What the writer thread does with each item: encoded chunks, or (one worker) pending ones."""
     if workers > 1:
-        return writer.write
+        return outputs.write
 
     def finish_and_write(pending: PendingChunk) -> None:
-        writer.write(finish_encoding(pending, tokenizer, dtype, policy))
+        outputs.write(finish_encoding(pending, tokenizer, spec))
     return finish_and_write
 
 
@@ -113,7 +104,8 @@ def worker_context():
     workers fork from a server that has the preprocess modules imported), else ``spawn``."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["tokenloom.preprocess.encode"])
+        context.set_forkserver_preload(["tokenloom.preprocess.encode",
+                                         "tokenloom.preprocess._pool"])
         return context
     return multiprocessing.get_context("spawn")
 
@@ -130,24 +122,22 @@ def balanced_chunk_bytes(total_bytes: int, chunk_bytes: int, workers: int) -> in
     return max(min(int(chunk_bytes), share), min(int(chunk_bytes), _MIN_CHUNK_BYTES))
 
 
-def _run_workers(paths, keys, tokenizer, dtype, policy, chunk_bytes, sink, workers) -> None:
-    reader = BackgroundIterator(iter_chunks(paths, chunk_bytes), maxsize=2 * workers)
-    pool = ProcessPoolExecutor(workers, mp_context=worker_context(), initializer=init_worker,
-                               initargs=(tokenizer, tuple(keys), dtype, policy))
-    pending: collections.deque = collections.deque()
+def _describe_chunk(chunk) -> str:
+    return f"input shard {chunk.path} from line {chunk.first_line}"
+
+
+def _run_workers(chunks: Iterator[Any], tokenizer: Any, spec: EncodeSpec, sink: BackgroundSink,
+                 workers: int) -> None:
+    """Chunks to a :class:`WorkerPool` (which never hangs on a dead worker or Ctrl-C)."""
+    reader = BackgroundIterator(chunks, maxsize=2 * workers)
     try:
-        for chunk in reader:
-            pending.append(pool.submit(process_chunk, chunk))
-            if len(pending) > 2 * workers:
-                sink.put(pending.popleft().result())
-        while pending:
-            sink.put(pending.popleft().result())
-    except BrokenProcessPool as error:
-        raise PreprocessError(f"a preprocess worker process died ({error}); it may have run out "
-                              "of memory: try fewer --workers") from error
+        with WorkerPool(workers, worker_context(), init_worker,
+                        (tokenizer, spec), process_chunk,
+                        describe=_describe_chunk) as pool:
+            for encoded in pool.map(reader):
+                sink.put(encoded)
     finally:
         reader.close()
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _check_keys(json_keys: Sequence[str]) -> tuple:
@@ -160,7 +150,7 @@ def _check_keys(json_keys: Sequence[str]) -> tuple:
     return keys
 
 
-def _resolve_tokenizer(tokenizer, append_eod: bool):
+def _resolve_tokenizer(tokenizer: Any, append_eod: bool) -> Any:
     if isinstance(tokenizer, str):
         tokenizer = load_tokenizer(tokenizer)
     if append_eod and getattr(tokenizer, "eod", None) is None:
@@ -169,54 +159,81 @@ def _resolve_tokenizer(tokenizer, append_eod: bool):
     return tokenizer
 
 
-def preprocess(inputs: Union[str, Sequence[str]], output_prefix: str, tokenizer, *,
+def _positive(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
+            value) or int(value) != value or value < 1:
+        raise PreprocessError(f"{what} {value!r}: use a whole number of 1 or more")
+    return int(value)
+
+
+def preprocess(inputs: Any, output_prefix: str, tokenizer: Any, *,
                json_keys: Sequence[str] = ("text",), append_eod: bool = False,
                workers: int = 1, policy: Optional[Policy] = None,
-               chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-               show_progress: Optional[bool] = None) -> PreprocessSummary:
-    """Tokenize JSONL ``inputs`` into one ``.bin``/``.idx`` pair per JSON key.
+               chunk_bytes: int = DEFAULT_CHUNK_BYTES, show_progress: Optional[bool] = None,
+               partitions: int = 1, keep_sequential_samples: bool = False,
+               sentence_splitter: Splitter = None,
+               log_interval: Optional[int] = None) -> PreprocessSummary:
+    """Tokenize ``inputs`` into one ``.bin``/``.idx`` pair per JSON key (Megatron's bytes).
 
     Args:
-        inputs: files or glob patterns (plain, gzip, zstd, bzip2 or xz JSONL).
+        inputs: files or globs (JSONL, plain or gzip/zstd/bzip2/xz, or Parquet), a
+            ``FileRange``, a Hugging Face dataset, or an iterable of records or texts
+            (see the module docstring).  A list of str is a list of paths; pass texts
+            as an iterator (``iter(texts)``) or as records.
         output_prefix: outputs are ``{output_prefix}_{key}_document.{bin,idx}``.
         tokenizer: a tokenizer object or a spec string (see :func:`load_tokenizer`).
-        json_keys: the keys whose string values are the documents.
-        append_eod: append the tokenizer's end-of-document id to every document.
+        json_keys: the keys whose values (a string, or a list of sentences) are documents.
+        append_eod: append the tokenizer's end-of-document id to every non-empty document.
         workers: 1 = in-process threads; N > 1 = N tokenizing processes (started like
             ``multiprocessing``'s forkserver/spawn, so call this under
-            ``if __name__ == "__main__":`` in a script).
-        policy: what to do with bad lines (see :class:`Policy`); defaults apply if None.
+            ``if __name__ == "__main__":`` in a script).  The output is the same for any N.
+        policy: what to do with bad records (see :class:`Policy`); defaults apply if None.
         chunk_bytes: input bytes per batch handed to the tokenizer (less on small inputs, so
             that reading, encoding and writing overlap and workers share the work evenly).
         show_progress: progress bar on stderr (None: only when stderr is a terminal).
+        partitions: Megatron's ``--partitions``: records dealt round-robin into this many
+            parts, concatenated in part order (unless ``keep_sequential_samples``).
+        keep_sequential_samples: partitions keep the input order (the unpartitioned output).
+        sentence_splitter: a function text -> sentences; each sentence becomes a sequence
+            and the outputs are named ``..._sentence`` as Megatron's ``--split-sentences``.
+        log_interval: print a progress line to stderr every this many records.
     """
     keys, policy = _check_keys(json_keys), policy or Policy()
-    workers = int(workers)
-    if workers < 1:
-        raise PreprocessError(f"--workers {workers}: use 1 or more")
-    paths = expand_inputs(inputs)
-    chunk_bytes = balanced_chunk_bytes(total_disk_bytes(paths), chunk_bytes, workers)
+    workers, partitions, chunk_bytes = (_positive(workers, "--workers"),
+                                        _positive(partitions, "--partitions"),
+                                        _positive(chunk_bytes, "chunk_bytes"))
+    log_interval = None if log_interval is None else _positive(log_interval, "--log-interval")
+    source = open_source(inputs, keys)
+    if source.total_bytes:
+        chunk_bytes = balanced_chunk_bytes(source.total_bytes, chunk_bytes, workers)
     tokenizer = _resolve_tokenizer(tokenizer, append_eod)
     started = time.perf_counter()  # throughput counts the pipeline, not the tokenizer's loading
     dtype = optimal_dtype(int(tokenizer.vocab_size))
-    prefixes = {key: output_prefix_for(output_prefix, key) for key in keys}
-    summary = PreprocessSummary(len(paths), dtype_name(dtype), workers,
+    spec = EncodeSpec(keys, policy, dtype, tokenizer.eod if append_eod else None,
+                      sentence_splitter)
+    level = "document" if sentence_splitter is None else "sentence"
+    prefixes = {key: output_prefix_for(output_prefix, key, level) for key in keys}
+    summary = PreprocessSummary(source.files, dtype_name(dtype), workers,
                                 {key: OutputStats(key, prefix) for key, prefix in prefixes.items()})
-    with progress(total=total_disk_bytes(paths), unit="B", unit_scale=True, desc="preprocess",
+    with progress(total=source.total_bytes, unit="B", unit_scale=True, desc="preprocess",
                   enabled=show_progress) as bar:
-        writer = _Writer(prefixes, dtype, tokenizer.eod if append_eod else None, summary, bar)
-        sink = BackgroundSink(_consumer(writer, workers, tokenizer, dtype, policy),
-                              maxsize=_QUEUE_DEPTH)
+        outputs = Outputs(prefixes, dtype, summary, bar,
+                          1 if keep_sequential_samples else partitions, log_interval)
+        sink = BackgroundSink(_consumer(outputs, workers, tokenizer, spec), maxsize=_QUEUE_DEPTH)
         try:
+            chunks = source.chunks(chunk_bytes)
             if workers == 1:
-                _run_in_process(paths, keys, tokenizer, policy, chunk_bytes, sink)
+                _run_in_process(chunks, tokenizer, spec, sink)
             else:
-                _run_workers(paths, keys, tokenizer, dtype, policy, chunk_bytes, sink, workers)
+                _run_workers(chunks, tokenizer, spec, sink, workers)
             sink.close()
-            writer.finalize()
+            outputs.finalize(preprocess_sidecars(
+                inputs, tokenizer, summary, append_eod=append_eod, level=level,
+                partitions=partitions, keep_sequential_samples=keep_sequential_samples,
+                sentence_splitter=sentence_splitter))
         except BaseException:
             sink.cancel()
-            writer.abort()
+            outputs.abort()
             raise
     summary.seconds = time.perf_counter() - started
     return summary

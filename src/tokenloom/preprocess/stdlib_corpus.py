@@ -16,11 +16,12 @@ import ast
 import json
 import os
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Optional
 
-from tokenloom._atomic import atomic_open
+from tokenloom.atomic import atomic_open
 
 _SKIPPED_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
 
@@ -31,7 +32,7 @@ def stdlib_root() -> Path:
 
 
 def stdlib_sources(max_files: Optional[int] = None,
-                   max_bytes: Optional[int] = None) -> Iterator[Tuple[str, str]]:
+                   max_bytes: Optional[int] = None) -> Iterator[tuple[str, str]]:
     """``(relative path, source text)`` of standard-library modules, in sorted order.
 
     Stops after ``max_files`` files or once ``max_bytes`` characters were yielded.
@@ -55,13 +56,13 @@ def stdlib_sources(max_files: Optional[int] = None,
         yield path.relative_to(root).as_posix(), text
 
 
-def docstrings(source: str, filename: str = "<source>") -> List[Tuple[str, str]]:
+def docstrings(source: str, filename: str = "<source>") -> list[tuple[str, str]]:
     """``(qualified name, cleaned docstring)`` of a module and its classes and functions."""
     try:
         tree = ast.parse(source, filename=filename)
     except (SyntaxError, ValueError):
         return []
-    found: List[Tuple[str, str]] = []
+    found: list[tuple[str, str]] = []
 
     def visit(node, prefix: str) -> None:
         text = ast.get_docstring(node, clean=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, List
 
 import numpy
 
@@ -19,6 +18,8 @@ class OutputStats:
     path_prefix: str
     documents: int = 0
     tokens: int = 0
+    sequences: int = 0
+    empty_documents: int = 0  # documents kept with no sequence (Megatron's rule)
 
 
 @dataclass
@@ -28,7 +29,7 @@ class PreprocessSummary:
     files: int
     dtype: str
     workers: int
-    outputs: Dict[str, OutputStats]
+    outputs: dict[str, OutputStats]
     line_count: int = 0
     blank_lines: int = 0
     nbytes: int = 0
@@ -78,11 +79,13 @@ class PreprocessSummary:
             parts.append(f"{self.blank_lines:,} blank line{'s' * (self.blank_lines != 1)}")
         return "skipped: " + (", ".join(parts) if parts else "none")
 
-    def lines(self) -> List[str]:
+    def lines(self) -> list[str]:
         """The report: one row per output, the skip counts, then the totals line."""
         width = max(len(out.path_prefix) for out in self.outputs.values())
         rows = [f"  {out.path_prefix:<{width}}  {self.dtype:<6} {out.documents:>12,} documents "
-                f"{out.tokens:>14,} tokens" for out in self.outputs.values()]
+                f"{out.tokens:>14,} tokens"
+                + (f" ({out.empty_documents:,} empty, kept as Megatron does)"
+                   if out.empty_documents else "") for out in self.outputs.values()]
         rows.append(f"  {self.skipped_text()}")
         rows.append(
             f"done: {self.documents:,} documents, {self.tokens:,} tokens from {self.line_count:,} "
@@ -101,6 +104,7 @@ class PreprocessSummary:
             "tokens_per_s": self.tokens_per_second, "workers": self.workers, "dtype": self.dtype,
             "skipped": {label: count for label, count in skipped_labels(self.skipped)},
             "outputs": {key: {"path_prefix": out.path_prefix, "documents": out.documents,
+                              "sequences": out.sequences, "empty_documents": out.empty_documents,
                               "tokens": out.tokens} for key, out in self.outputs.items()},
         }
 

@@ -25,8 +25,8 @@ import hashlib
 import json
 import os
 from collections import OrderedDict
-from typing import (Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple,
-                    runtime_checkable)
+from collections.abc import Callable, Sequence
+from typing import Any, Optional, Protocol, runtime_checkable
 
 import numpy
 
@@ -34,7 +34,7 @@ from tokenloom.errors import TokenizerError
 
 # ids are produced as int32: every vocabulary in use fits, and it halves memory vs int64
 ID_DTYPE = numpy.int32
-FlatIds = Tuple[numpy.ndarray, numpy.ndarray]  # (flat ids, per-text lengths)
+FlatIds = tuple[numpy.ndarray, numpy.ndarray]  # (flat ids, per-text lengths)
 
 
 @runtime_checkable
@@ -44,9 +44,9 @@ class Tokenizer(Protocol):
     vocab_size: int
     eod: Optional[int]
     pad: Optional[int]
-    unique_identifiers: Dict[str, Any]
+    unique_identifiers: dict[str, Any]
 
-    def encode_batch(self, texts: Sequence[str]) -> List[numpy.ndarray]:
+    def encode_batch(self, texts: Sequence[str]) -> list[numpy.ndarray]:
         """Encode each text to a 1-D integer array (no special tokens added)."""
 
     def decode(self, ids) -> str:
@@ -70,7 +70,7 @@ def check_model_file(path: str, kind: str, hint: str) -> str:
     return path
 
 
-def lists_to_flat(id_lists: List[List[int]]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+def lists_to_flat(id_lists: list[list[int]]) -> tuple[numpy.ndarray, numpy.ndarray]:
     """Concatenate id lists into (flat int32 array, int64 lengths), no Python loop per id."""
     lengths = numpy.fromiter(map(len, id_lists), dtype=numpy.int64, count=len(id_lists))
     flat = numpy.empty(int(lengths.sum()), dtype=ID_DTYPE)
@@ -82,7 +82,7 @@ def lists_to_flat(id_lists: List[List[int]]) -> Tuple[numpy.ndarray, numpy.ndarr
     return flat, lengths
 
 
-def split_flat(flat: numpy.ndarray, lengths: numpy.ndarray) -> List[numpy.ndarray]:
+def split_flat(flat: numpy.ndarray, lengths: numpy.ndarray) -> list[numpy.ndarray]:
     """Views of ``flat`` cut at ``lengths`` (the inverse of :func:`lists_to_flat`)."""
     if lengths.shape[0] == 0:
         return []
@@ -98,17 +98,17 @@ class BaseTokenizer:
     vocab_size: int
     eod: Optional[int] = None
     pad: Optional[int] = None
-    unique_identifiers: Dict[str, Any]
+    unique_identifiers: dict[str, Any]
 
     # -- encoding ---------------------------------------------------------------------
-    def _encode_lists(self, texts: Sequence[str]) -> List[List[int]]:
+    def _encode_lists(self, texts: Sequence[str]) -> list[list[int]]:
         raise NotImplementedError
 
-    def _encode_native(self, texts: List[str]) -> Any:
+    def _encode_native(self, texts: list[str]) -> Any:
         """The library's batch call; its output goes to :meth:`_flat_from_native`."""
         return self._encode_lists(texts)
 
-    def _flat_from_native(self, native: Any) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    def _flat_from_native(self, native: Any) -> tuple[numpy.ndarray, numpy.ndarray]:
         return lists_to_flat(native)
 
     def encode_batch_deferred(self, texts: Sequence[str]) -> Callable[[], FlatIds]:
@@ -124,7 +124,7 @@ class BaseTokenizer:
         """Encode ``texts`` through the library's batch path: (flat int32 ids, int64 lengths)."""
         return self.encode_batch_deferred(texts)()
 
-    def encode_batch(self, texts: Sequence[str]) -> List[numpy.ndarray]:
+    def encode_batch(self, texts: Sequence[str]) -> list[numpy.ndarray]:
         """Encode each text to a 1-D int32 array (no special tokens added)."""
         flat, lengths = self.encode_batch_flat(texts)
         return split_flat(flat, lengths)
@@ -137,7 +137,7 @@ class BaseTokenizer:
         raise NotImplementedError
 
     @staticmethod
-    def _id_list(ids) -> List[int]:
+    def _id_list(ids) -> list[int]:
         return [int(i) for i in numpy.asarray(ids).reshape(-1)]
 
     # -- megatron-style aliases ---------------------------------------------------------
@@ -154,13 +154,33 @@ class BaseTokenizer:
         """The end-of-document id under megatron's other name."""
         return self.eod
 
+    def special_tokens(self) -> dict[str, int]:
+        """Special tokens (text -> id) this tokenizer knows; backends override it."""
+        return {}
+
+    def identity(self) -> dict[str, Any]:
+        """What identifies this tokenizer, JSON-ready: ``kind`` (the class), ``files`` and
+        their ``sha256``, ``vocab_size``, ``eod``, ``pad``, ``special_tokens`` (text -> id)
+        and the settings that change its ids (``add_special_tokens``, ``add_bos``, ...).
+
+        Two tokenizers with equal identities give the same ids for every text; a sidecar
+        or a merge check can store and compare it.
+        """
+        identity: dict[str, Any] = {"kind": type(self).__name__}
+        for name, value in self.unique_identifiers.items():
+            if name == "class":
+                continue
+            identity["files" if name == "tokenizer_path" else name] = value
+        identity["special_tokens"] = dict(self.special_tokens())
+        return identity
+
     @property
     def unique_description(self) -> str:
         """``unique_identifiers`` as indented JSON, as megatron tokenizers expose it."""
         return json.dumps(self.unique_identifiers, indent=4)
 
     # -- construction, pickling, display -------------------------------------------------
-    def _finish_init(self, init_kwargs: Dict[str, Any], identifiers: Dict[str, Any]) -> None:
+    def _finish_init(self, init_kwargs: dict[str, Any], identifiers: dict[str, Any]) -> None:
         self._init_kwargs = dict(init_kwargs)
         ids = OrderedDict(identifiers)
         ids["vocab_size"] = int(self.vocab_size)
@@ -168,11 +188,11 @@ class BaseTokenizer:
         ids["pad"] = self.pad
         self.unique_identifiers = ids
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:
         return {"init_kwargs": self._init_kwargs}
 
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__init__(**state["init_kwargs"])
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state["init_kwargs"])  # type: ignore[misc]
 
     def __repr__(self) -> str:
         path = self.unique_identifiers.get("tokenizer_path")

@@ -6,7 +6,7 @@ back to the input.  Useful for tests, smoke runs and byte-level models.
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from collections.abc import Sequence
 
 import numpy
 
@@ -25,13 +25,13 @@ class ByteTokenizer(BaseTokenizer):
         self.pad = None
         self._finish_init({}, {"class": type(self).__name__, "encoding": "utf-8 bytes"})
 
-    def _encode_lists(self, texts: Sequence[str]) -> List[List[int]]:
+    def _encode_lists(self, texts: Sequence[str]) -> list[list[int]]:
         return [list(text.encode("utf-8")) for text in texts]
 
-    def _encode_native(self, texts: List[str]) -> List[bytes]:
+    def _encode_native(self, texts: list[str]) -> list[bytes]:
         return [text.encode("utf-8") for text in texts]
 
-    def _flat_from_native(self, native: List[bytes]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    def _flat_from_native(self, native: list[bytes]) -> tuple[numpy.ndarray, numpy.ndarray]:
         """All texts' UTF-8 bytes as one int32 array, and the byte length of each text."""
         lengths = numpy.fromiter(map(len, native), dtype=numpy.int64, count=len(native))
         flat = numpy.frombuffer(b"".join(native), dtype=numpy.uint8).astype(ID_DTYPE)

@@ -15,7 +15,7 @@ Accepted specs::
 from __future__ import annotations
 
 import os
-from typing import Optional, Tuple, Union
+from typing import Optional, Union
 
 from tokenloom.errors import TokenizerError
 from tokenloom.tokenizers.base import BaseTokenizer
@@ -23,8 +23,9 @@ from tokenloom.tokenizers.base import BaseTokenizer
 KINDS = ("bytes", "hf", "tiktoken", "sentencepiece")
 _ALIASES = {"byte": "bytes", "bytes": "bytes", "hf": "hf", "huggingface": "hf",
             "tiktoken": "tiktoken", "sentencepiece": "sentencepiece", "spm": "sentencepiece"}
-SPEC_HELP = ("bytes | hf:tokenizer.json | tiktoken:file.tiktoken | tiktoken:cl100k_base | "
-             "sentencepiece:file.model | a path whose extension says the kind")
+SPEC_HELP = ("bytes | hf:tokenizer.json (or hf:vocab.json with --merge-file merges.txt) | "
+             "tiktoken:file.tiktoken | tiktoken:cl100k_base | sentencepiece:file.model | a "
+             "path whose extension says the kind")
 
 
 def _detect(path: str) -> Optional[str]:
@@ -38,7 +39,7 @@ def _detect(path: str) -> Optional[str]:
     return None
 
 
-def _tiktoken_names() -> Tuple[str, ...]:
+def _tiktoken_names() -> tuple[str, ...]:
     try:
         import tiktoken
     except ImportError:
@@ -46,7 +47,7 @@ def _tiktoken_names() -> Tuple[str, ...]:
     return tuple(tiktoken.list_encoding_names())
 
 
-def parse_tokenizer_spec(spec: str) -> Tuple[str, str]:
+def parse_tokenizer_spec(spec: str) -> tuple[str, str]:
     """Split ``spec`` into ``(kind, location)``; kind is one of :data:`KINDS`."""
     spec = str(spec).strip()
     if not spec:
@@ -59,9 +60,9 @@ def parse_tokenizer_spec(spec: str) -> Tuple[str, str]:
         if kind != "bytes" and not rest:
             raise TokenizerError(f"tokenizer spec {spec!r} names no file after '{prefix}:'")
         return kind, rest
-    kind = _detect(spec)
-    if kind is not None:
-        return kind, spec
+    detected = _detect(spec)
+    if detected is not None:
+        return detected, spec
     if spec in _tiktoken_names():
         return "tiktoken", spec
     hint = "" if os.path.exists(spec) else " (no such file)"
@@ -70,7 +71,9 @@ def parse_tokenizer_spec(spec: str) -> Tuple[str, str]:
 
 
 def load_tokenizer(spec: str, *, eod: Union[str, int, None] = None,
-                   pattern: Optional[str] = None, num_threads: int = 1) -> BaseTokenizer:
+                   pattern: Optional[str] = None, num_threads: int = 1,
+                   add_special_tokens: Optional[bool] = None,
+                   merges: Optional[str] = None) -> BaseTokenizer:
     """Load the tokenizer a spec names (see the module docstring).
 
     Args:
@@ -78,10 +81,16 @@ def load_tokenizer(spec: str, *, eod: Union[str, int, None] = None,
         pattern: tiktoken only: split pattern (encoding name or regex) for custom files.
         num_threads: library threads per batch (tiktoken, sentencepiece); Hugging Face
             follows ``TOKENIZERS_PARALLELISM``.
+        add_special_tokens: Hugging Face only: write what the post-processor adds (BOS,
+            ...); None means yes, as Megatron-LM main.
+        merges: Hugging Face only: the ``merges.txt`` of a GPT-2 ``vocab.json`` spec.
     """
     kind, location = parse_tokenizer_spec(spec)
     if pattern is not None and kind != "tiktoken":
         raise TokenizerError(f"a split pattern applies only to tiktoken files, not to {kind}")
+    for name, value in (("add_special_tokens", add_special_tokens), ("merges", merges)):
+        if value is not None and kind != "hf":
+            raise TokenizerError(f"{name} applies only to Hugging Face tokenizers, not to {kind}")
     if kind == "bytes":
         if eod is not None:
             raise TokenizerError("the byte tokenizer's eod is fixed at 256; drop the eod option")
@@ -91,7 +100,9 @@ def load_tokenizer(spec: str, *, eod: Union[str, int, None] = None,
     if kind == "hf":
         from tokenloom.tokenizers.huggingface import HFTokenizer
 
-        return HFTokenizer(location, eod=eod)
+        return HFTokenizer(location, eod=eod, merges=merges,
+                           add_special_tokens=True if add_special_tokens is None
+                           else add_special_tokens)
     if kind == "tiktoken":
         from tokenloom.tokenizers.tiktoken_bpe import TiktokenTokenizer
 

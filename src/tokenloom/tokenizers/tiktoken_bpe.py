@@ -21,7 +21,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import numpy
 
@@ -43,9 +44,9 @@ def _import_tiktoken():
     return tiktoken
 
 
-def read_tiktoken_ranks(path: str) -> Dict[bytes, int]:
+def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
     """Parse a ``.tiktoken`` file: one ``base64(token) rank`` pair per line."""
-    ranks: Dict[bytes, int] = {}
+    ranks: dict[bytes, int] = {}
     with open(path, "rb") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -71,7 +72,7 @@ def _replaced(module, name: str, value):
         setattr(module, name, original)
 
 
-def named_encoding_params(name: str, ranks: Dict[bytes, int]) -> Optional[dict]:
+def named_encoding_params(name: str, ranks: dict[bytes, int]) -> Optional[dict]:
     """The constructor parameters of tiktoken encoding ``name`` with ``ranks`` as its ranks.
 
     Returns None when ``name`` is not a known encoding.  No file is read or fetched.
@@ -100,7 +101,7 @@ def _offline_read(blobpath: str) -> bytes:
 
 def load_builtin_encoding(name: str):
     """``tiktoken.get_encoding(name)`` from tiktoken's cache only, never the network."""
-    tiktoken = _import_tiktoken()
+    _import_tiktoken()
     import tiktoken.load
 
     try:
@@ -180,7 +181,7 @@ class TiktokenTokenizer(BaseTokenizer):
                                  f"special tokens {sorted(specials)}")
         return self._encoding.encode_single_token(eod)
 
-    def _encode_native(self, texts: List[str]) -> list:
+    def _encode_native(self, texts: list[str]) -> list:
         """One thread: ``encode_to_numpy`` per text (ordinary encoding, no Python int lists)."""
         encode = getattr(self._encoding, "encode_to_numpy", None)
         if self.num_threads != 1 or encode is None:
@@ -188,13 +189,13 @@ class TiktokenTokenizer(BaseTokenizer):
         # no allowed and no disallowed special tokens: exactly encode_ordinary's result
         return [encode(text, disallowed_special=()) for text in texts]
 
-    def _flat_from_native(self, native: list) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    def _flat_from_native(self, native: list) -> tuple[numpy.ndarray, numpy.ndarray]:
         if not native or not isinstance(native[0], numpy.ndarray):
             return super()._flat_from_native(native)
         lengths = numpy.fromiter(map(len, native), dtype=numpy.int64, count=len(native))
         return numpy.concatenate(native).view(ID_DTYPE), lengths  # ids < 2**31: same bits
 
-    def _encode_lists(self, texts: Sequence[str]) -> List[List[int]]:
+    def _encode_lists(self, texts: Sequence[str]) -> list[list[int]]:
         if self.num_threads == 1:  # the batch call's thread pool would only add hand-offs
             encode = self._encoding.encode_ordinary
             return [encode(text) for text in texts]

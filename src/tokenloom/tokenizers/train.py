@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import base64
 import os
-from typing import Dict, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
-from tokenloom._atomic import atomic_write_bytes
+from tokenloom.atomic import atomic_write_bytes
 from tokenloom.errors import TokenizerError
 from tokenloom.tokenizers.huggingface import HFTokenizer, _import_tokenizers
 
@@ -45,7 +45,7 @@ def train_byte_level_bpe(texts: Iterable[str], vocab_size: int, output_path: str
     return HFTokenizer(output_path, eod=eod, pad=pad)
 
 
-def _unicode_to_byte() -> Dict[str, int]:
+def _unicode_to_byte() -> dict[str, int]:
     """Inverse of the byte-level alphabet: printable Latin-1 bytes stand for themselves,
     the other bytes for the characters from U+0100 on, in byte order."""
     printable = set(range(ord("!"), ord("~") + 1)) | set(range(ord("\u00a1"), ord("\u00ac") + 1)) \
@@ -60,7 +60,7 @@ def _unicode_to_byte() -> Dict[str, int]:
     return mapping
 
 
-def byte_level_bpe_ranks(tokenizer: HFTokenizer) -> Dict[bytes, int]:
+def byte_level_bpe_ranks(tokenizer: HFTokenizer) -> dict[bytes, int]:
     """tiktoken mergeable ranks equivalent to a byte-level BPE from :func:`train_byte_level_bpe`.
 
     Tokens keep their training order (the merge order), special tokens are left out.
@@ -70,7 +70,7 @@ def byte_level_bpe_ranks(tokenizer: HFTokenizer) -> Dict[bytes, int]:
     special = set(backend.get_added_tokens_decoder()) if hasattr(
         backend, "get_added_tokens_decoder") else set()
     vocab = sorted(backend.get_vocab(with_added_tokens=False).items(), key=lambda item: item[1])
-    ranks: Dict[bytes, int] = {}
+    ranks: dict[bytes, int] = {}
     for token, token_id in vocab:
         if token_id in special:
             continue
@@ -81,7 +81,7 @@ def byte_level_bpe_ranks(tokenizer: HFTokenizer) -> Dict[bytes, int]:
     return ranks
 
 
-def write_tiktoken_file(ranks: Dict[bytes, int], path: str) -> None:
+def write_tiktoken_file(ranks: dict[bytes, int], path: str) -> None:
     """Write mergeable ranks as a ``.tiktoken`` file (``base64(token) rank`` per line)."""
     lines = (f"{base64.b64encode(token).decode('ascii')} {rank}\n"
              for token, rank in sorted(ranks.items(), key=lambda item: item[1]))
