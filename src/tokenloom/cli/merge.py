@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from tokenloom.errors import ConfigError
 
@@ -15,6 +16,12 @@ megatron-core's IndexedDatasetBuilder.add_index.
 All inputs must share the token dtype and be all multimodal or all text-only (the
 first input decides; a mismatch is an error naming the file).  The output is
 written under temporary names and appears only when complete.
+
+Inputs made by tokenloom carry a provenance sidecar (PREFIX.json) naming their
+tokenizer: pairs of different tokenizers are refused (both are named) unless
+--allow-mixed-tokenizers is given.  Pairs without a sidecar (made by Megatron) are
+merged with a note that their tokenizer was not checked.  When every input has a
+sidecar, the output gets one too (OUT.json: the inputs' records and summed counts).
 """
 
 _EPILOG = """\
@@ -38,6 +45,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing OUT.bin/OUT.idx (atomically, on success)")
     parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+    parser.add_argument("--allow-mixed-tokenizers", action="store_true",
+                        help="merge pairs whose provenance sidecars name different tokenizers "
+                             "(refused by default: their token ids mean different things)")
     parser.set_defaults(func=run)
     return parser
 
@@ -71,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         read_index_header,
     )
     from tokenloom.format.integrity import open_for_inspection
+    from tokenloom.provenance import check_tokenizers, merged_sidecar, read_sidecars
 
     prefixes = _normalise(args.prefixes)
     out = args.output_prefix
@@ -78,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
     if exists and not args.overwrite:
         raise ConfigError(f"{out}: output pair already exists; pass --overwrite to replace it")
     headers = [read_index_header(get_idx_path(prefix)) for prefix in prefixes]
+    sidecars, notes = read_sidecars(prefixes)
+    notes += check_tokenizers(sidecars, args.allow_mixed_tokenizers)
+    for note in notes:
+        print(f"tokenloom merge: {note}", file=sys.stderr)
     first = open_for_inspection(prefixes[0])
     multimodal, dtype = first.multimodal, first.dtype
     first.close()
@@ -89,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         with bar:
             for prefix in prefixes:
                 builder.add_index(prefix, progress=bar.update)
-        builder.finalize(get_idx_path(out))
+        builder.finalize(get_idx_path(out), extra_files=merged_sidecar(sidecars))
     sequences = sum(header.sequence_count for header in headers)
     documents = sum(header.num_documents for header in headers)
     tokens = total // numpy.dtype(dtype).itemsize
