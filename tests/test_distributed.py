@@ -32,7 +32,7 @@ class FileCache:
             return json.loads(self.path.read_text())
         if self.fail is not None:
             raise self.fail
-        from tokenloom._atomic import atomic_write_bytes
+        from tokenloom.atomic import atomic_write_bytes
 
         atomic_write_bytes(self.path, json.dumps(VALUE).encode())
         with open(self.log, "a") as handle:

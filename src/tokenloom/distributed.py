@@ -36,6 +36,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, TypeVar
 
+from tokenloom._bounded_gather import bounded_all_gather
 from tokenloom.errors import CacheError, DistributedError, TokenloomError
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,11 @@ class Communicator:
 
     all_gather: Optional[Callable[[Any], List[Any]]] = field(default=None, repr=False)
     """Collective exchange of one picklable object per rank; None in a single process."""
+
+    timeout_s: float = 1800.0
+    """Seconds any exchange waits for the other ranks before a DistributedError naming
+    the rank that did not answer (``TOKENLOOM_DISTRIBUTED_TIMEOUT_S``; it must cover
+    rank 0's longest index build, which the other ranks wait for)."""
 
     @property
     def node_leader(self) -> int:
@@ -112,25 +118,24 @@ def get_communicator(
     local_rank: Optional[int] = None,
     local_world_size: Optional[int] = None,
     group: Any = None,
+    timeout_s: Optional[float] = None,
 ) -> Communicator:
     """Describe this process: explicit arguments first, then torch.distributed, then env.
 
     Without an initialised process group the result is a single-process communicator
     (``world_size`` 1, no collectives) unless ``rank``/``world_size`` say otherwise,
     in which case collectives are unavailable and a :class:`DistributedError` is
-    raised the first time one is needed.
+    raised the first time one is needed.  ``timeout_s`` bounds every exchange (see
+    :attr:`Communicator.timeout_s`).
     """
     all_gather = None
+    timeout_s = default_timeout_s() if timeout_s is None else _check_timeout(timeout_s)
     if is_distributed():
         import torch.distributed as dist
 
         rank = dist.get_rank() if rank is None else rank
         world_size = dist.get_world_size(group) if world_size is None else world_size
-
-        def all_gather(obj: Any) -> List[Any]:
-            out: List[Any] = [None] * dist.get_world_size(group)
-            dist.all_gather_object(out, obj, group=group)
-            return out
+        all_gather = bounded_all_gather(group, timeout_s)
 
     rank = 0 if rank is None else int(rank)
     world_size = 1 if world_size is None else int(world_size)
@@ -143,7 +148,23 @@ def get_communicator(
     if local_world_size is None:
         local_world_size = world_size
     _check_topology(rank, world_size, local_rank, local_world_size)
-    return Communicator(rank, world_size, local_rank, local_world_size, all_gather)
+    return Communicator(rank, world_size, local_rank, local_world_size, all_gather, timeout_s)
+
+
+def _check_timeout(value: Any) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise DistributedError(f"distributed timeout {value!r}: give a finite number of seconds "
+                               "> 0 (TOKENLOOM_DISTRIBUTED_TIMEOUT_S or timeout_s=)")
+    return seconds
+
+
+def default_timeout_s() -> float:
+    """``TOKENLOOM_DISTRIBUTED_TIMEOUT_S`` seconds, 1800 when unset."""
+    return _check_timeout(os.environ.get("TOKENLOOM_DISTRIBUTED_TIMEOUT_S") or 1800)
 
 
 def _check_topology(rank: int, world_size: int, local_rank: int, local_world_size: int) -> None:

@@ -46,3 +46,47 @@ __all__ = [
     "TokenizerError",
     "DistributedError",
 ]
+
+
+class PackingError(TokenloomError, ValueError):
+    """Sequences cannot be packed or scheduled over the DP x CP ranks as asked."""
+
+
+__all__.append("PackingError")
+
+
+class PublishTimeoutError(TokenloomError, TimeoutError):
+    """Another process held the publish lock of a ``.bin``/``.idx`` pair for too long."""
+
+
+__all__ += ["PublishTimeoutError"]
+
+
+class StorageError(TokenloomError, OSError):
+    """An object-storage request (s3://, msc://) failed, after its retries where retryable."""
+
+
+class ObjectNotFoundError(StorageError, FileNotFoundError):
+    """An object-storage object, bucket or MSC profile does not exist."""
+
+
+class StorageAccessError(StorageError, PermissionError):
+    """Object storage refused the request: bad credentials or no permission (403)."""
+
+
+__all__ += ["StorageError", "ObjectNotFoundError", "StorageAccessError"]
+
+
+class OutputError(TokenloomError, OSError):
+    """An output file could not be written (disk full, quota, I/O error); names the file."""
+
+
+__all__ += ["OutputError"]
+
+
+class SampleIndexError(TokenloomError, IndexError):
+    """A sample index outside a dataset (``dataset[i]``, ``get_batch``); names the index
+    and the dataset's length. An IndexError, so iteration by ``__getitem__`` still stops."""
+
+
+__all__ += ["SampleIndexError"]

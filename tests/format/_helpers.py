@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy
+
 from tokenloom.format import IndexedDatasetBuilder
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from tests.format._helpers import random_documents, write_dataset
 
 

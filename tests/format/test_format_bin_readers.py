@@ -6,6 +6,7 @@ import os
 
 import numpy
 import pytest
+from tests.format._helpers import write_dataset
 
 from tokenloom.errors import ConfigError, FormatError
 from tokenloom.format import (
@@ -13,11 +14,10 @@ from tokenloom.format import (
     FileBinReader,
     IndexedDataset,
     MMapBinReader,
+    bin_readers,
     make_bin_reader,
     register_bin_reader,
 )
-from tokenloom.format import bin_readers
-from tests.format._helpers import write_dataset
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import pickle
 
 import numpy
 import pytest
-
 from tests.format._helpers import random_documents, write_dataset
+
 from tokenloom.format import IndexedDataset
 from tokenloom.format._mapping import holds_descriptor, map_array
 

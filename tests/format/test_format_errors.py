@@ -6,6 +6,7 @@ import struct
 
 import numpy
 import pytest
+from tests.format._helpers import write_dataset
 
 from tokenloom.errors import FormatError
 from tokenloom.format import (
@@ -14,7 +15,6 @@ from tokenloom.format import (
     MissingFileError,
     read_index_header,
 )
-from tests.format._helpers import write_dataset
 
 DOCUMENTS = [[[1, 2, 3], [4]], [[5, 6]], [[7]]]  # 4 sequences, 3 documents
 

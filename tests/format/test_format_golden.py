@@ -6,8 +6,8 @@ import json
 
 import numpy
 import pytest
-
 from tests.conftest import golden_cases
+
 from tokenloom.format import IndexedDataset, IndexedDatasetBuilder, read_index_header
 
 FORMAT_CASES = golden_cases("format")

@@ -11,7 +11,6 @@ import sys
 import textwrap
 
 import pytest
-
 from tests.format._helpers import random_documents, write_dataset
 
 SCRIPT = textwrap.dedent(

@@ -6,11 +6,10 @@ import pickle
 
 import numpy
 import pytest
+from tests.format._helpers import random_documents, write_dataset
 
 from tokenloom.errors import FormatError
 from tokenloom.format import IndexedDataset, get_bin_path, get_idx_path
-
-from tests.format._helpers import random_documents, write_dataset
 
 
 def _flat(documents):
@@ -97,7 +96,7 @@ def test_close_and_context_manager(small_prefix):
         first = dataset[0]
     assert dataset.closed
     with pytest.raises(FormatError, match="closed"):
-        dataset.sequence_lengths
+        _ = dataset.sequence_lengths
     with pytest.raises(FormatError, match="closed"):
         dataset[0]
     dataset.close()  # idempotent

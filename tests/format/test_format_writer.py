@@ -6,10 +6,10 @@ import os
 
 import numpy
 import pytest
+from tests.format._helpers import random_documents, write_dataset
 
 from tokenloom.errors import FormatError
 from tokenloom.format import IndexedDataset, IndexedDatasetBuilder
-from tests.format._helpers import random_documents, write_dataset
 
 
 def _tokens_of(prefix):

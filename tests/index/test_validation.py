@@ -72,9 +72,9 @@ DOCS = numpy.array([2, 0, 1], dtype=numpy.int32)
     "args, match",
     [
         ((SIZES, DOCS[:0], 4, 1, 21), "document_index is empty"),
-        ((SIZES, DOCS, 1, 1, 21), "sequence_length must be >= 2"),
+        ((SIZES, DOCS, 0, 1, 21), "sequence_length must be >= 1"),  # 1 works, as in megatron
         ((SIZES, DOCS, 4, 0, 21), "num_epochs must be >= 1"),
-        ((SIZES, DOCS, 4, 1, 1), "tokens_per_epoch must be >= 2"),
+        ((SIZES, DOCS, 4, 1, 0), "tokens_per_epoch must be >= 1"),
         ((SIZES, DOCS, 4, 1, 20), "hold 21 tokens"),
         ((SIZES, DOCS, 4, 2, 21), "hold 21 tokens"),
         ((SIZES, DOCS + 1, 4, 1, 21), "outside the 3 documents"),

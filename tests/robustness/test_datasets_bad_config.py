@@ -104,3 +104,10 @@ def test_non_integer_sample_indices_are_refused(tmp_path, corpora):
                                          dataset[1]["tokens"])
         numpy.testing.assert_array_equal(dataset.get_batch([numpy.uint8(1), -1])["tokens"][0],
                                          dataset[1]["tokens"])
+
+
+@pytest.mark.parametrize("text", ["98;2;0", "98:2:0", "98_2_0", "98 ; 2:0"])
+def test_split_separators_megatron_accepts(text):
+    from tokenloom.datasets.split import parse_and_normalize_split
+
+    assert parse_and_normalize_split(text) == pytest.approx([0.98, 0.02, 0.0])

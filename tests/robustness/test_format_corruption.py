@@ -96,7 +96,9 @@ def test_negative_sequence_length_is_a_format_error_for_get_and_slices(tmp_path)
     lengths = numpy.frombuffer(idx, numpy.int32, count, LENGTHS_AT)
     # sequence 1 gets -lengths[2] so that a slice over 0..2 would have an unchanged sum
     _write(prefix, _patch(idx, LENGTHS_AT + 4, "<i", -int(lengths[2]) or -1), data)
-    with IndexedDataset(prefix) as dataset:
+    with pytest.raises(FormatError, match=r"sequence 1 has negative length"):
+        IndexedDataset(prefix)  # caught at open
+    with IndexedDataset(prefix, fast_cache_load=True) as dataset:  # trusted: caught on read
         with pytest.raises(FormatError, match=r"sequence 1 has negative length"):
             dataset[1]
         with pytest.raises(FormatError, match=r"negative length"):

@@ -35,6 +35,7 @@ from typing import Any, Optional, Union
 
 import numpy
 
+from tokenloom import storage
 from tokenloom._rank_agreement import check_ranks_agree, sample_fingerprint
 from tokenloom.builder.startup import Startup, accepts_start_keywords
 from tokenloom.cache import EntryPacker, IndexCache
@@ -139,6 +140,7 @@ class BlendedMegatronDatasetBuilder:
         """
         if not getattr(self.config, "fast_cache_load", False):  # then no rank exchanges
             check_ranks_agree(sample_fingerprint(self.config, self.sizes, self.cls), self.comm)
+        storage.prefetch_remote_indices(self.config, self.comm)  # s3:// .idx: once per node
         with _cyclic_gc_paused():
             datasets = self._build_blended_dataset_splits()
         for dataset in datasets:

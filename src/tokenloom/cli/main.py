@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -19,9 +20,11 @@ _SUBCOMMAND_MODULES = (
     "demo",
     "preprocess",
     "inspect",
+    "preview",
     "merge",
     "build_sequences_per_dataset",
     "prepare_cache",
+    "warmup",
 )
 
 _DESCRIPTION = """\
@@ -67,22 +70,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+def describe_os_error(error: OSError) -> str:
+    """One line for an OSError that always names the file when the error knows it."""
+    text = error.strerror or str(error)
+    paths = [p for p in (error.filename, getattr(error, "filename2", None)) if p is not None]
+    if isinstance(error, TokenloomError) or not paths:
+        return str(error)
+    return f"{' -> '.join(os.fsdecode(p) for p in paths)}: {text}"
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except TokenloomError as error:
         print(f"tokenloom {args.command}: error: {error}", file=sys.stderr)
         return 1
     except OSError as error:  # disk full, unwritable output directory, ... : no traceback
-        print(f"tokenloom {args.command}: error: {error}", file=sys.stderr)
+        print(f"tokenloom {args.command}: error: {describe_os_error(error)}", file=sys.stderr)
         return 1
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; every tokenloom error (and OSError) is one line on stderr,
+    exit 1; Ctrl-C is one line, exit 130; never a traceback for those."""
+    command = "command"
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        command = getattr(args, "command", None) or command
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return _run(args)
     except KeyboardInterrupt:
-        print(f"tokenloom {args.command}: interrupted", file=sys.stderr)
+        print(f"tokenloom {command}: interrupted", file=sys.stderr)
         return 130
 
 

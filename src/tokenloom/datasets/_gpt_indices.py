@@ -49,7 +49,7 @@ class EpochPlan:
 
 
 def _check_nonempty(indices: numpy.ndarray, tokens_per_epoch: int, where: str) -> None:
-    if indices.size == 0 or tokens_per_epoch <= 1:
+    if indices.size == 0 or tokens_per_epoch == 0:  # one token: megatron-core repeats it
         raise ConfigError(
             f"{where}: the split holds {indices.size} documents with {tokens_per_epoch} "
             "tokens, so it cannot give any sample (megatron-core would loop forever or "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 import os
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Optional, Union
 
 import numpy
@@ -34,8 +34,9 @@ from tokenloom.format.spec import (
 )
 
 
-def _open_local(path_prefix, multimodal, mmap, object_storage_config, sequences_per_dataset,
-                dtype_code, fast_cache_load) -> tuple[IndexFile, BinReader]:
+def _open_local(path_prefix: str, multimodal: bool, mmap: bool, object_storage_config: Any,
+                sequences_per_dataset: Optional[tuple[int, int]], dtype_code: Optional[int],
+                fast_cache_load: bool) -> tuple[IndexFile, BinReader]:
     idx_path = resolve_index_path(get_idx_path(path_prefix), object_storage_config)
     with reading(path_prefix):  # never one file of an old pair and one of a new one
         index = IndexFile(idx_path, multimodal, sequences_per_dataset, dtype_code,
@@ -52,7 +53,7 @@ class IndexOutOfRangeError(FormatError, IndexError):
     """A sequence index, offset or length points outside the dataset."""
 
 
-def _integer(name: str, value) -> int:
+def _integer(name: str, value: Any) -> int:
     try:
         return operator.index(value)
     except TypeError:
@@ -115,15 +116,17 @@ class IndexedDataset:
     """
 
     def __init__(self, path_prefix: str, multimodal: bool = False, mmap: bool = True,
-                 object_storage_config=None, s3_config=None, fast_cache_load: bool = False,
+                 object_storage_config: Any = None, s3_config: Any = None,
+                 fast_cache_load: bool = False,
                  sequences_per_dataset: Optional[tuple[int, int]] = None,
                  dtype_code: Optional[int] = None) -> None:
         self._open(os.fspath(path_prefix) if not isinstance(path_prefix, str) else path_prefix,
                    bool(multimodal), bool(mmap), object_storage_config or s3_config,
                    bool(fast_cache_load), sequences_per_dataset, dtype_code)
 
-    def _open(self, path_prefix, multimodal, mmap, object_storage_config, fast_cache_load,
-              sequences_per_dataset, dtype_code) -> None:
+    def _open(self, path_prefix: str, multimodal: bool, mmap: bool, object_storage_config: Any,
+              fast_cache_load: bool, sequences_per_dataset: Optional[tuple[int, int]],
+              dtype_code: Optional[int]) -> None:
         self.path_prefix = path_prefix
         self.multimodal = multimodal
         self.mmap = mmap
@@ -138,12 +141,14 @@ class IndexedDataset:
         else:
             index, reader = _open_local(path_prefix, multimodal, mmap, object_storage_config,
                                         sequences_per_dataset, dtype_code, fast_cache_load)
-        self._index, self.bin_reader = index, reader
+        self._index: Optional[IndexFile] = index
+        self.bin_reader = reader
         self.dtype = index.header.dtype
         self._itemsize = numpy.dtype(self.dtype).itemsize
         self._count = index.header.sequence_count
-        self._lengths, self._pointers = index.lengths, index.pointers
-        self._tokens = reader.tokens(self.dtype)
+        self._lengths: Optional[numpy.ndarray] = index.lengths
+        self._pointers: Optional[numpy.ndarray] = index.pointers
+        self._tokens: Optional[numpy.ndarray] = reader.tokens(self.dtype)
         self._bin_size = reader.size
         _check_bin_size(index, reader, self._itemsize)
         run_open_checks(index, reader.size, reader.path, self._itemsize, fast_cache_load)
@@ -219,13 +224,19 @@ class IndexedDataset:
     def __enter__(self) -> IndexedDataset:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _live_index(self) -> IndexFile:
         if self._index is None:
             raise FormatError(f"{self.path_prefix}: IndexedDataset is closed")
         return self._index
+
+    def _live_modes(self) -> numpy.ndarray:
+        modes = self._live_index().modes
+        if modes is None:  # a multimodal .idx always has its mode section
+            raise FormatError(f"{self.path_prefix}.idx: no sequence modes in a multimodal index")
+        return modes
 
     # -- sizes and index sections ---------------------------------------------------
     def __len__(self) -> int:
@@ -275,7 +286,7 @@ class IndexedDataset:
                 and os.path.isfile(get_bin_path(path_prefix)))
 
     # -- reading ----------------------------------------------------------------------
-    def _position(self, idx) -> int:
+    def _position(self, idx: Any) -> int:
         try:
             i = operator.index(idx)
         except TypeError:
@@ -309,15 +320,17 @@ class IndexedDataset:
             f"{self.path_prefix}.bin: cannot read {count} tokens at byte offset {pointer} of a "
             f"{size}-byte data file; the .idx pointers and the .bin disagree")
 
-    def get(self, idx: int, offset: int = 0, length: Optional[int] = None):
+    def get(self, idx: int, offset: int = 0,
+            length: Optional[int] = None) -> Union[numpy.ndarray, tuple[numpy.ndarray, Any]]:
         """Tokens ``[offset, offset + length)`` of sequence ``idx`` (to its end by default).
 
         Returns an ndarray, or ``(ndarray, mode)`` for multimodal datasets.
         """
         i = self._position(idx)
-        lengths = self._lengths
-        if lengths is None:
-            self._live_index()
+        lengths, pointers = self._lengths, self._pointers
+        if lengths is None or pointers is None:
+            index = self._live_index()
+            lengths, pointers = index.lengths, index.pointers
         size = int(lengths[i])
         if size < 0:
             raise self._negative_length(i, size)
@@ -327,23 +340,24 @@ class IndexedDataset:
             raise IndexOutOfRangeError(
                 f"{self.path_prefix}: get({idx}, offset={offset}, length={length}) reads past "
                 f"sequence {i}, which has {size} tokens")
-        tokens = self._read(int(self._pointers[i]) + offset * self._itemsize, length)
+        tokens = self._read(int(pointers[i]) + offset * self._itemsize, length)
         if self.multimodal:
-            return tokens, self._index.modes[i]
+            return tokens, self._live_modes()[i]
         return tokens
 
     def _negative_length(self, i: int, size: int) -> FormatError:
         return FormatError(f"{self.path_prefix}.idx: sequence {i} has negative length {size}; "
                            "the index file is corrupt: rebuild the .bin/.idx pair")
 
-    def __getitem__(self, idx: Union[int, slice]):
+    def __getitem__(self, idx: Union[int, slice]) -> Any:
         """``ds[i]``: one sequence (ndarray, or ``(tokens, mode)`` when multimodal);
         ``ds[a:b]``: list of sequences (``(list, modes)`` when multimodal)."""
         if isinstance(idx, slice):
             return self._slice(idx)
         return self.get(idx)
 
-    def _slice(self, idx: slice):
+    def _slice(self, idx: slice) -> Union[list[numpy.ndarray],
+                                          tuple[list[numpy.ndarray], numpy.ndarray]]:
         start, stop, step = idx.indices(self._count)
         if step != 1:
             raise FormatError(
@@ -362,10 +376,10 @@ class IndexedDataset:
         else:
             sequences = []
         if self.multimodal:
-            return sequences, index.modes[start:stop]
+            return sequences, self._live_modes()[start:stop]
         return sequences
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         """Iterate over all sequences in order."""
         for i in range(self._count):
             yield self.get(i)

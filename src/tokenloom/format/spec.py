@@ -48,9 +48,9 @@ def open_regular_file(path: str, what: str, buffering: int = -1):
         return open(path, "rb", buffering=buffering)
     except FileNotFoundError:
         raise MissingFileError(f"{path}: {what} file does not exist") from None
-    except (PermissionError, IsADirectoryError, NotADirectoryError) as error:
-        raise FormatError(f"{path}: cannot open the {what} file: {error.strerror}; "
-                          "check the path and its permissions") from None
+    except OSError as error:  # permissions, a symlink loop (ELOOP), a name too long, ...
+        raise FormatError(f"{path}: cannot open the {what} file: {error.strerror or error}; "
+                          "check the path, its symlinks and its permissions") from None
 
 
 def get_idx_path(path_prefix: str) -> str:

@@ -2,23 +2,26 @@
 
 Tokens are streamed to a temporary sibling of the ``.bin``; the index lives in
 growable numpy arrays.  :meth:`IndexedDatasetBuilder.finalize` writes the ``.idx``
-to a temporary name too, removes any old ``.idx`` and then renames both into place,
-so an interrupted run never leaves a pair that opens as valid and an existing pair
-stays intact until ``finalize``.  The bytes written are identical to megatron-core's.
+(and any sidecar files) to temporary names too and publishes them together through
+:mod:`tokenloom.format.publish`: a crash or a concurrent writer at any instant leaves
+the old pair or the new one, never a mix.  The bytes written are identical to
+megatron-core's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 import numpy
 
-from tokenloom._atomic import fsync_dir, publish, temporary_sibling
-from tokenloom.errors import FormatError
+from tokenloom.atomic import temporary_sibling
+from tokenloom.errors import FormatError, OutputError, TokenloomError
 from tokenloom.format._buffers import GrowableArray, as_numpy, check_fits, to_tokens
 from tokenloom.format.dtypes import normalize_dtype
+from tokenloom.format.publish import discard, publish_pair, write_temporaries
 from tokenloom.format.reader import IndexFile
 from tokenloom.format.spec import (
     MissingFileError,
@@ -30,6 +33,29 @@ from tokenloom.format.spec import (
 
 _INT32_MAX = numpy.iinfo(numpy.int32).max
 _COPY_CHUNK = 16 << 20
+
+
+def _output_error(path: str, error: OSError) -> OutputError:
+    hint = " (the disk is full: free space or write elsewhere)" \
+        if error.errno == errno.ENOSPC else ""
+    failure = OutputError(f"{path}: cannot write the output: {error.strerror or error}{hint}; "
+                          "nothing was published")
+    failure.errno = error.errno  # ``except OSError`` callers can still test it
+    return failure
+
+
+def check_output_path(path: str, what: str) -> None:
+    """FormatError up front when ``path`` cannot become a file: it is a directory, or a
+    parent of it is a file (rather than at finalize, after all the work)."""
+    if os.path.isdir(path):
+        raise FormatError(f"{path}: the output {what} file is an existing directory; choose "
+                          "another --output-prefix or remove the directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent) if os.path.dirname(parent) != parent else ""
+    if parent and not os.path.isdir(parent):
+        raise FormatError(f"{path}: cannot create the output {what} file: {parent} is a file, "
+                          "not a directory")
 
 
 class IndexedDatasetBuilder:
@@ -53,6 +79,9 @@ class IndexedDatasetBuilder:
         self._documents = GrowableArray(numpy.int64, [0])
         self._modes = GrowableArray(numpy.int8) if self.multimodal else None
         self._pid = os.getpid()
+        check_output_path(self.bin_path, "data")
+        if self.bin_path.endswith(".bin"):
+            check_output_path(self.bin_path[:-4] + ".idx", "index")
         try:
             self._tmp_bin: Optional[str] = temporary_sibling(self.bin_path)
         except OSError as error:
@@ -82,6 +111,12 @@ class IndexedDatasetBuilder:
         if self._tmp_bin is None:
             raise FormatError(f"{self.bin_path}: builder is already finalized or aborted")
         return self.data_file
+
+    def _write(self, data) -> None:
+        try:
+            self._file().write(data)
+        except OSError as error:
+            raise _output_error(self.bin_path, error) from None
 
     def _tokens(self, values, what: str) -> numpy.ndarray:
         return to_tokens(values, self.dtype, f"{self.bin_path}: {what}")
@@ -119,7 +154,7 @@ class IndexedDatasetBuilder:
             raise FormatError(f"{self.bin_path}: add_item: a sequence of {array.shape[0]} tokens "
                               f"exceeds the int32 length field; split it")
         mode = self._check_mode(mode) if self.multimodal else None
-        self._file().write(memoryview(array).cast("B"))
+        self._write(memoryview(array).cast("B"))
         self._lengths.append(array.shape[0])
         if self._modes is not None:
             self._modes.append(mode)
@@ -143,7 +178,7 @@ class IndexedDatasetBuilder:
         """Append one whole document: ``tokens`` split into sequences of ``lengths``."""
         array, lengths = self._tokens_and_lengths(tokens, lengths, "add_document")
         modes = self._modes_for(modes, lengths.shape[0], "add_document")
-        self._file().write(memoryview(array).cast("B"))
+        self._write(memoryview(array).cast("B"))
         self._lengths.extend(lengths)
         if self._modes is not None:
             self._modes.extend(modes)
@@ -197,7 +232,7 @@ class IndexedDatasetBuilder:
             out[ends] = eod[0]
             flat, counts = out, counts + 1
         self._check_lengths(counts, "add_documents")
-        self._file().write(memoryview(numpy.ascontiguousarray(flat)).cast("B"))
+        self._write(memoryview(numpy.ascontiguousarray(flat)).cast("B"))
         first = len(self._lengths)
         self._lengths.extend(counts)
         if self._modes is not None:
@@ -216,7 +251,8 @@ class IndexedDatasetBuilder:
             offset = len(self._lengths)
             self._lengths.extend(index.lengths)
             self._documents.extend(offset + index.documents[1:])
-            if self._modes is not None:
+            if self._modes is not None and index.header.sequence_count:
+                # an empty pair opens as not multimodal (its size cannot show the modes)
                 self._modes.extend(index.modes)
         finally:
             index.close()
@@ -247,21 +283,29 @@ class IndexedDatasetBuilder:
         return nbytes
 
     def _copy_bin(self, bin_path: str, nbytes: int, progress) -> None:
-        out = self._file()
+        self._file()
         with open(bin_path, "rb") as source:
             left = nbytes
             while left:
                 chunk = source.read(min(_COPY_CHUNK, left))
                 if not chunk:
                     raise FormatError(f"{bin_path}: data file shrank while it was being merged")
-                out.write(chunk)
+                self._write(chunk)
                 left -= len(chunk)
                 if progress is not None:
                     progress(len(chunk))
 
     # -- finishing ----------------------------------------------------------------------
-    def finalize(self, idx_path: str) -> None:
-        """Write the ``.idx`` and atomically publish the pair under its final names."""
+    def finalize(self, idx_path: str, extra_files: Optional[Mapping[str, bytes]] = None,
+                 lock_timeout: Optional[float] = None) -> None:
+        """Write the ``.idx`` and publish the pair (and ``extra_files``) as one change.
+
+        ``extra_files`` maps a suffix to bytes, e.g. ``{".json": provenance}``, written to
+        ``{prefix}{suffix}`` where ``prefix`` is ``idx_path`` without ``.idx``.  Readers
+        and a crash at any instant see the old files or all the new ones (see
+        :mod:`tokenloom.format.publish`); ``lock_timeout`` bounds the wait for another
+        writer's publish in the same directory.
+        """
         idx_path = os.fspath(idx_path)
         data_file = self._file()
         count = len(self._lengths)
@@ -269,25 +313,40 @@ class IndexedDatasetBuilder:
             raise FormatError(
                 f"{self.bin_path}: {count - int(self._documents.last())} sequence(s) were added "
                 "after the last end_document(); call end_document() before finalize()")
-        data_file.flush()
-        os.fsync(data_file.fileno())
-        data_file.close()
+        prefix = idx_path[:-4] if idx_path.endswith(".idx") else idx_path
+        check_output_path(idx_path, "index")
+        moves = []
+        try:
+            try:
+                data_file.flush()
+                os.fsync(data_file.fileno())
+                data_file.close()
+            except OSError as error:
+                raise _output_error(self.bin_path, error) from None
+            moves.append((self._write_idx(idx_path), idx_path))
+            moves.extend(write_temporaries(prefix, extra_files or {}))
+            publish_pair(prefix, [(str(self._tmp_bin), self.bin_path)] + moves, lock_timeout)
+            self._tmp_bin = None
+        except BaseException:
+            discard(moves)
+            self.abort()
+            raise
+
+    def _write_idx(self, idx_path: str) -> str:
         tmp_idx = temporary_sibling(idx_path)
         try:
             with open(tmp_idx, "wb") as handle:
                 write_index(handle, self.dtype, self._lengths.view(), self._documents.view(),
                             None if self._modes is None else self._modes.view())
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(idx_path)  # no stale .idx may pair with the new .bin
-            publish(self._tmp_bin, self.bin_path)
-            self._tmp_bin = None
-            publish(tmp_idx, idx_path)
-        except BaseException:
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException as error:
             with contextlib.suppress(OSError):
                 os.unlink(tmp_idx)
-            self.abort()
+            if isinstance(error, OSError) and not isinstance(error, TokenloomError):
+                raise _output_error(idx_path, error) from None
             raise
-        fsync_dir(idx_path)
+        return tmp_idx
 
     def abort(self) -> None:
         """Discard everything written so far; the final paths are left untouched."""
@@ -310,4 +369,4 @@ class IndexedDatasetBuilder:
             self.abort()
 
 
-__all__ = ["IndexedDatasetBuilder"]
+__all__ = ["IndexedDatasetBuilder", "check_output_path"]

@@ -67,9 +67,9 @@ def sample_index_plan(
     check_values: bool = True,
 ) -> SamplePlan:
     """Validate the arguments of ``build_sample_index`` and size its output."""
-    sequence_length = arguments.as_int(sequence_length, "sequence_length", minimum=2)
+    sequence_length = arguments.as_int(sequence_length, "sequence_length", minimum=1)
     num_epochs = arguments.as_int(num_epochs, "num_epochs", minimum=1)
-    tokens_per_epoch = arguments.as_int(tokens_per_epoch, "tokens_per_epoch", minimum=2)
+    tokens_per_epoch = arguments.as_int(tokens_per_epoch, "tokens_per_epoch", minimum=1)
     if sequence_length > _INT32_MAX or num_epochs > _INT32_MAX:
         raise ConfigError(
             f"sequence_length ({sequence_length}) and num_epochs ({num_epochs}) must fit int32"

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import numpy
 
-from tokenloom.errors import CacheError
+from tokenloom.errors import CacheError, SampleIndexError
 
 __all__ = ["check_blended_indices", "check_gpt_indices", "sample_position", "sample_rows"]
 
@@ -35,7 +35,7 @@ def sample_position(idx: Any, count: int, what: str = "samples") -> int:
     Raises:
         TypeError: ``idx`` is not an integer (``int()`` would turn ``1.7`` or ``"1"``
             into a sample silently).
-        IndexError: ``idx`` is outside ``[-count, count)``.
+        SampleIndexError: ``idx`` is outside ``[-count, count)`` (an IndexError).
     """
     try:
         k = operator.index(idx)
@@ -44,16 +44,23 @@ def sample_position(idx: Any, count: int, what: str = "samples") -> int:
     if k < 0:
         k += count
     if not 0 <= k < count:
-        raise IndexError(f"sample index {idx} out of range for {count} {what}")
+        raise SampleIndexError(f"sample index {idx} out of range for {count} {what}: give an "
+                               f"integer in [{-count}, {count}) or None (a padding sample)")
     return k
 
 
-def sample_rows(indices: Sequence[Optional[int]], count: int) -> numpy.ndarray:
+def sample_rows(indices: Sequence[Optional[int]], count: int,
+                what: str = "samples") -> numpy.ndarray:
     """Positions of ``indices`` in ``[0, count)`` as int64, ``-1`` for ``None``
     (a padding sample); same errors as :func:`sample_position`."""
     rows = numpy.empty(len(indices), dtype=numpy.int64)
     for b, idx in enumerate(indices):
-        rows[b] = -1 if idx is None else sample_position(idx, count)
+        if idx is None:
+            rows[b] = -1
+        elif type(idx) is int and 0 <= idx < count:  # the common case, inline
+            rows[b] = idx
+        else:
+            rows[b] = sample_position(idx, count, what)
     return rows
 
 

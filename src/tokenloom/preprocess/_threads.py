@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Callable, Iterable, Iterator, Optional
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Optional
 
 _DONE = object()
 _POLL_S = 0.1
+_JOIN_S = 5.0
 
 
 class _Failure:
@@ -25,7 +27,7 @@ class BackgroundIterator:
     """Iterate ``iterable`` in a daemon thread, keeping at most ``maxsize`` items ahead."""
 
     def __init__(self, iterable: Iterable[Any], maxsize: int = 4, name: str = "reader") -> None:
-        self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=max(int(maxsize), 1))
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(int(maxsize), 1))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(iterable,), name=name, daemon=True)
         self._thread.start()
@@ -58,10 +60,12 @@ class BackgroundIterator:
                 raise item.error
             yield item
 
-    def close(self) -> None:
-        """Stop the producer (its current item finishes) and wait for the thread."""
+    def close(self, timeout: float = _JOIN_S) -> None:
+        """Stop the producer (its current item finishes) and wait for the thread, at most
+        ``timeout`` seconds: a producer stuck in a read (a stalled network file system)
+        is left behind as a daemon thread rather than hanging the caller."""
         self._stop.set()
-        self._thread.join()
+        self._thread.join(timeout)
 
 
 class BackgroundSink:
@@ -70,7 +74,7 @@ class BackgroundSink:
     def __init__(self, consume: Callable[[Any], None], maxsize: int = 4,
                  name: str = "writer") -> None:
         self._consume = consume
-        self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=max(int(maxsize), 1))
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(int(maxsize), 1))
         self._error: Optional[BaseException] = None
         self._cancelled = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
