@@ -12,7 +12,7 @@ exactly as ``BlendedDataset`` calls it; tokenloom's is
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import numpy
 
@@ -20,7 +20,7 @@ from harness import best_of, run_side
 from rows import pair_row
 
 
-def megatron_blend(params: Dict[str, Any], probe) -> Dict[str, Any]:
+def megatron_blend(params: dict[str, Any], probe) -> dict[str, Any]:
     from megatron.core.datasets import helpers
 
     weights = numpy.load(params["weights"])
@@ -41,7 +41,7 @@ def megatron_blend(params: Dict[str, Any], probe) -> Dict[str, Any]:
     return timing
 
 
-def tokenloom_blend(params: Dict[str, Any], probe) -> Dict[str, Any]:
+def tokenloom_blend(params: dict[str, Any], probe) -> dict[str, Any]:
     from tokenloom.index import build_blending_indices
 
     weights = numpy.load(params["weights"])
@@ -61,7 +61,7 @@ def tokenloom_blend(params: Dict[str, Any], probe) -> Dict[str, Any]:
     return timing
 
 
-def _compare(prefix_a: str, prefix_b: str) -> Dict[str, Any]:
+def _compare(prefix_a: str, prefix_b: str) -> dict[str, Any]:
     """Bit-identical check of both outputs; names the first differing sample if any."""
     verdict = {}
     for suffix, dtype in ((".di.npy", numpy.int16), (".dsi.npy", numpy.int64)):
@@ -75,7 +75,7 @@ def _compare(prefix_a: str, prefix_b: str) -> Dict[str, Any]:
     return {"equal": True, "dtypes_as_megatron": all(verdict.values())}
 
 
-def run(ctx: Dict[str, Any]) -> List[Dict[str, Any]]:
+def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
     size = 100_000 if ctx["quick"] else 1_000_000
     rows = []
     work = Path(ctx["work"]) / "blending"
@@ -98,7 +98,7 @@ def run(ctx: Dict[str, Any]) -> List[Dict[str, Any]]:
     return rows
 
 
-def _growth_note(rows: List[Dict[str, Any]]) -> None:
+def _growth_note(rows: list[dict[str, Any]]) -> None:
     """How per-sample cost grows from the smallest to the largest dataset count."""
     first, last = rows[0], rows[-1]
     factor = last["n_datasets"] / first["n_datasets"]

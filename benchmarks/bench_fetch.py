@@ -15,7 +15,7 @@ written) divided by that rate.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import numpy
 
@@ -26,7 +26,7 @@ from sides import MEGATRON, TOKENLOOM, build_gpt_dataset, describe, sample_to_nu
 N_SAVED = 16
 
 
-def _fetch_side(side: str, params: Dict[str, Any], probe) -> Dict[str, Any]:
+def _fetch_side(side: str, params: dict[str, Any], probe) -> dict[str, Any]:
     desc = describe(sequence_length=params["sequence_length"], path_to_cache=params["cache"])
     ds = build_gpt_dataset(side, params["prefix"], None, desc)
     rng = numpy.random.default_rng(7)
@@ -70,7 +70,7 @@ def _nbytes(result) -> int:
     return result.nbytes
 
 
-def _batch(ds, indices: List[int], params: Dict[str, Any]) -> Dict[str, Any]:
+def _batch(ds, indices: list[int], params: dict[str, Any]) -> dict[str, Any]:
     """Time ``get_batch`` over the same indices, ``batch`` samples per call, reusing ``out``."""
     if not hasattr(ds, "get_batch"):
         return {"x_batch_error": "tokenloom side not available yet: GPTDataset.get_batch missing"}
@@ -93,7 +93,7 @@ def _batch(ds, indices: List[int], params: Dict[str, Any]) -> Dict[str, Any]:
             "x_batch_bytes_per_call": src + _nbytes(out), "x_batch_calls": len(chunks)}
 
 
-def copy_floor(params: Dict[str, Any], probe) -> Dict[str, Any]:
+def copy_floor(params: dict[str, Any], probe) -> dict[str, Any]:
     """Memory bandwidth of a large numpy copy (bytes read + bytes written per second)."""
     n = params["mib"] << 20
     src = numpy.ones(n, dtype=numpy.uint8)
@@ -103,7 +103,7 @@ def copy_floor(params: Dict[str, Any], probe) -> Dict[str, Any]:
     return {"bandwidth_gbs": 2 * n / timing["min_s"] / 1e9, **timing}
 
 
-def _compare(mc_path: str, tl_path: str) -> Dict[str, Any]:
+def _compare(mc_path: str, tl_path: str) -> dict[str, Any]:
     """Every field megatron-core returns must be equal in value in tokenloom's sample."""
     mc, tl = numpy.load(mc_path), numpy.load(tl_path)
     notes = []
@@ -117,7 +117,7 @@ def _compare(mc_path: str, tl_path: str) -> Dict[str, Any]:
     return {"equal": True, "dtype_notes": sorted(set(notes))}
 
 
-def _compare_batch(mc_path: str, batch_path: str) -> Dict[str, Any]:
+def _compare_batch(mc_path: str, batch_path: str) -> dict[str, Any]:
     mc, batch = numpy.load(mc_path), numpy.load(batch_path)
     for field in batch.files:
         for j in range(N_SAVED):
@@ -127,7 +127,7 @@ def _compare_batch(mc_path: str, batch_path: str) -> Dict[str, Any]:
     return {"batch_equal": True, "batch_fields": batch.files}
 
 
-def run(ctx: Dict[str, Any]) -> List[Dict[str, Any]]:
+def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
     from data import write_corpus
 
     quick = ctx["quick"]
@@ -154,7 +154,7 @@ def run(ctx: Dict[str, Any]) -> List[Dict[str, Any]]:
     return [row]
 
 
-def _batch_vs_floor(row: Dict[str, Any]) -> None:
+def _batch_vs_floor(row: dict[str, Any]) -> None:
     """Batch time / bandwidth floor for the same bytes (target: <= 4)."""
     bw, calls = row.get("bandwidth_gbs"), row.get("tokenloom_batch_calls")
     if bw and calls and row.get("tokenloom_batch_s"):

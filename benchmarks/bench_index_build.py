@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import numpy
 
@@ -23,12 +23,12 @@ from harness import best_of, run_side
 from rows import pair_row
 
 
-def _run(kernels, params, probe) -> Dict[str, Any]:
+def _run(kernels, params, probe) -> dict[str, Any]:
     doc_fn, sample_fn, shuffle_fn = kernels
     lengths = numpy.load(params["lengths"])
     probe.imported()
-    held: Dict[str, Any] = {}
-    best: Dict[str, Any] = {"total": float("inf")}
+    held: dict[str, Any] = {}
+    best: dict[str, Any] = {"total": float("inf")}
 
     def call():
         held.clear()  # never hold the previous run's arrays while building the next
@@ -90,7 +90,7 @@ def _warm_up(kernels) -> None:
         shuffle_fn(total // 2 if separate else total, total, rs)
 
 
-def epoch_plan(lengths: numpy.ndarray, seq: int, epochs_wanted: float) -> Dict[str, Any]:
+def epoch_plan(lengths: numpy.ndarray, seq: int, epochs_wanted: float) -> dict[str, Any]:
     """megatron-core's epoch arithmetic for ``epochs_wanted`` epochs' worth of samples."""
     tpe = int(lengths.sum())
     per_epoch = (tpe - 1) // seq
@@ -108,7 +108,7 @@ def epoch_plan(lengths: numpy.ndarray, seq: int, epochs_wanted: float) -> Dict[s
                 shuffle_first_override=first, num_samples=num_samples)
 
 
-def _compare(a: str, b: str) -> Dict[str, Any]:
+def _compare(a: str, b: str) -> dict[str, Any]:
     for key in ("doc", "sample", "shuffle"):
         x, y = numpy.load(f"{a}.{key}.npy"), numpy.load(f"{b}.{key}.npy")
         if x.shape != y.shape or not numpy.array_equal(x, y):
@@ -118,7 +118,7 @@ def _compare(a: str, b: str) -> Dict[str, Any]:
     return {"equal": True}
 
 
-def run(ctx: Dict[str, Any]) -> List[Dict[str, Any]]:
+def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
     from data import doc_lengths
 
     n_docs = 200_000 if ctx["quick"] else 2_000_000

@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Union
+from typing import Any, Union
 
 os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per tokenizer, see above
 
@@ -63,12 +63,15 @@ def build_corpus(workdir: str, max_mb: float):
     return paths, read_texts(paths)
 
 
-def build_tokenizers(workdir: str, texts: List[str], vocab_size: int) -> Dict[str, str]:
+def build_tokenizers(workdir: str, texts: list[str], vocab_size: int) -> dict[str, str]:
     """Train the models (on about 2 MB of the text) and return name -> tokenizer spec."""
     import sentencepiece
 
-    from tokenloom.tokenizers.train import (byte_level_bpe_ranks, train_byte_level_bpe,
-                                            write_tiktoken_file)
+    from tokenloom.tokenizers.train import (
+        byte_level_bpe_ranks,
+        train_byte_level_bpe,
+        write_tiktoken_file,
+    )
 
     sample, size = [], 0
     for text in texts:
@@ -93,10 +96,14 @@ def build_tokenizers(workdir: str, texts: List[str], vocab_size: int) -> Dict[st
             "bytes": "bytes"}
 
 
-def raw_encode(tokenizer, texts: List[str]) -> int:
+def raw_encode(tokenizer, texts: list[str]) -> int:
     """The library's batch encoder on ``texts``; returns the number of tokens."""
-    from tokenloom.tokenizers import (ByteTokenizer, HFTokenizer, SentencePieceTokenizer,
-                                      TiktokenTokenizer)
+    from tokenloom.tokenizers import (
+        ByteTokenizer,
+        HFTokenizer,
+        SentencePieceTokenizer,
+        TiktokenTokenizer,
+    )
 
     if isinstance(tokenizer, HFTokenizer):
         batch = tokenizer.backend.encode_batch_fast(texts, add_special_tokens=False)
@@ -113,18 +120,18 @@ def raw_encode(tokenizer, texts: List[str]) -> int:
     return sum(map(len, ids))
 
 
-def read_texts(paths: List[str]) -> List[str]:
+def read_texts(paths: list[str]) -> list[str]:
     """The documents of the JSONL files, in order."""
-    texts: List[str] = []
+    texts: list[str] = []
     for path in paths:
         with open(path, encoding="utf-8") as handle:
             texts.extend(json.loads(line)["text"] for line in handle)
     return texts
 
 
-def batches(texts: List[str], nbytes: int) -> List[List[str]]:
+def batches(texts: list[str], nbytes: int) -> list[list[str]]:
     """Consecutive texts in groups of about ``nbytes`` of UTF-8 (the pipeline's chunk size)."""
-    groups: List[List[str]] = [[]]
+    groups: list[list[str]] = [[]]
     size = 0
     for text in texts:
         if size >= nbytes:
@@ -135,7 +142,7 @@ def batches(texts: List[str], nbytes: int) -> List[List[str]]:
     return groups
 
 
-def _timed_raw(spec: str, paths: List[str]):
+def _timed_raw(spec: str, paths: list[str]):
     """Raw encoding of the texts, already in memory, in batches of the pipeline's chunk
     size: the same library calls as the pipeline's (one batch of everything is a little
     slower: the library's output for all texts at once needs more fresh memory)."""
@@ -149,7 +156,7 @@ def _timed_raw(spec: str, paths: List[str]):
     return tokens, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def _timed_pipeline(spec: str, paths: List[str], out: str, workers: int):
+def _timed_pipeline(spec: str, paths: list[str], out: str, workers: int):
     """(tokens, wall s, CPU s of this process + of the worker processes' chunks)."""
     from tokenloom.preprocess import preprocess
     from tokenloom.tokenizers import load_tokenizer
@@ -168,7 +175,7 @@ def _timed_pipeline(spec: str, paths: List[str], out: str, workers: int):
     return summary.tokens, summary.seconds, cpu
 
 
-def run_child(argv: List[str]) -> None:
+def run_child(argv: list[str]) -> None:
     """``--child SIDE SPEC OUT PATH...``: one measurement, printed as a JSON line."""
     side, spec, out, paths = argv[0], argv[1], argv[2], argv[3:]
     if side == "raw":
@@ -178,7 +185,7 @@ def run_child(argv: List[str]) -> None:
     print(json.dumps({"tokens": tokens, "wall": wall, "cpu": cpu}))
 
 
-def measure_side(side: Union[str, int], spec: str, paths: List[str], out: str):
+def measure_side(side: Union[str, int], spec: str, paths: list[str], out: str):
     """Run one measurement in a fresh Python process: (tokens, wall s, CPU s).
 
     A fresh process for every run puts both sides on the same footing: no heap left
@@ -193,19 +200,19 @@ def measure_side(side: Union[str, int], spec: str, paths: List[str], out: str):
     return result["tokens"], result["wall"], result["cpu"]
 
 
-def _sides(workers: List[int], round_number: int) -> List[Union[str, int]]:
+def _sides(workers: list[int], round_number: int) -> list[Union[str, int]]:
     """Raw first in even rounds, last in odd ones (ABBA), so that a load drift hits both."""
-    sides: List[Union[str, int]] = ["raw", *workers]
+    sides: list[Union[str, int]] = ["raw", *workers]
     return sides if round_number % 2 == 0 else sides[::-1]
 
 
-def measure(spec: str, paths: List[str], workdir: str, workers: List[int],
-            repeats: int) -> Dict[str, Any]:
+def measure(spec: str, paths: list[str], workdir: str, workers: list[int],
+            repeats: int) -> dict[str, Any]:
     """Per round, every side once: tokens/s (wall) and tokens per CPU second of each."""
-    rounds: List[Dict[str, float]] = []
+    rounds: list[dict[str, float]] = []
     raw_tokens = None
     for number in range(repeats):
-        rates: Dict[str, float] = {}
+        rates: dict[str, float] = {}
         for side in _sides(workers, number):
             tokens, wall, cpu = measure_side(side, spec, paths, os.path.join(workdir, "out"))
             name = "raw" if side == "raw" else f"workers={side}"
@@ -216,18 +223,18 @@ def measure(spec: str, paths: List[str], workdir: str, workers: List[int],
                 raise RuntimeError(f"{spec}: preprocess wrote {tokens} tokens, the raw encoder "
                                    f"gave {raw_tokens}")
         rounds.append(rates)
-    best: Dict[str, Any] = {key: max(rates[key] for rates in rounds) for key in rounds[0]}
+    best: dict[str, Any] = {key: max(rates[key] for rates in rounds) for key in rounds[0]}
     best["tokens"] = float(raw_tokens)
     best["rounds"] = rounds
     return best
 
 
-def _paired(rounds: List[Dict[str, float]], top: str, bottom: str) -> float:
+def _paired(rounds: list[dict[str, float]], top: str, bottom: str) -> float:
     """Median over rounds of top / bottom measured in the same round (back to back)."""
     return statistics.median(rates[top] / rates[bottom] for rates in rounds)
 
 
-def derive(row: Dict[str, Any], workers: List[int], cores: int) -> Dict[str, float]:
+def derive(row: dict[str, Any], workers: list[int], cores: int) -> dict[str, float]:
     """Ratios of rates measured in the same round (median over rounds), and of best rates.
 
     The headline ratios (``w1/raw``, ``w2/w1``) pair runs done back to back, so a change of
@@ -249,7 +256,7 @@ def derive(row: Dict[str, Any], workers: List[int], cores: int) -> Dict[str, flo
     return out
 
 
-def report(results: Dict[str, Dict[str, Any]], workers: List[int]) -> None:
+def report(results: dict[str, dict[str, Any]], workers: list[int]) -> None:
     """Two tables: measured wall-clock rates and ratios, then CPU-time efficiencies."""
     names, first = list(results), workers[0]
     print(f"\nwall clock: best tok/s; ratios = median of same-round pairs (ratio of bests)\n"

@@ -24,7 +24,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 from harness import run_side
 from profile_summary import inline_thread_pool, summarise
@@ -40,7 +40,7 @@ def _init_gloo(work: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
 
 
-def _build_side(side: str, params: Dict[str, Any], probe) -> Dict[str, Any]:
+def _build_side(side: str, params: dict[str, Any], probe) -> dict[str, Any]:
     t_import = time.perf_counter()
     classes = gpt_classes(side, builder=True)
     if side == TOKENLOOM:  # import what tokenloom imports lazily, as torch is for megatron;
@@ -104,8 +104,8 @@ SIDES = (("megatron", "bench_warmstart:megatron_start"),
          ("tokenloom", "bench_warmstart:tokenloom_start"))
 
 
-def _measure(n: int, ctx: Dict[str, Any], blend_file: str, sides, warm_runs: int,
-             fds: Dict[str, float]) -> Dict:
+def _measure(n: int, ctx: dict[str, Any], blend_file: str, sides, warm_runs: int,
+             fds: dict[str, float]) -> dict:
     """Cold then warm, ``warm_runs`` times each per side (the best run of each counts);
     returns {side: {cold, warm}}.
 
@@ -149,7 +149,7 @@ def _measure(n: int, ctx: Dict[str, Any], blend_file: str, sides, warm_runs: int
     return out
 
 
-def run(ctx: Dict[str, Any]) -> List[Dict[str, Any]]:
+def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
     from data import blend_weights, write_many
 
     quick = ctx["quick"]
@@ -158,8 +158,8 @@ def run(ctx: Dict[str, Any]) -> List[Dict[str, Any]]:
                           seed=100, median=300)
     work = Path(ctx["work"]) / "warmstart"
     work.mkdir(parents=True, exist_ok=True)
-    rows: List[Dict[str, Any]] = []
-    fds: Dict[str, float] = {}
+    rows: list[dict[str, Any]] = []
+    fds: dict[str, float] = {}
     for k, n in enumerate(counts):
         blend_file = work / f"blend-{n}.json"
         blend_file.write_text(json.dumps({"prefixes": prefixes[:n],
@@ -197,7 +197,7 @@ def open_file_limit() -> int:
     return raise_open_file_limit()
 
 
-def rep_equal(mc: Dict, tl: Dict):
+def rep_equal(mc: dict, tl: dict):
     """Same blend length and same first sample (token sum) on both sides, when both ran."""
     if "error" in mc or "error" in tl:
         return None

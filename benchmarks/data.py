@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Dict, List
 
 import numpy
 
@@ -43,14 +42,14 @@ def _builder_class():
         return IndexedDatasetBuilder, "megatron-core"
 
 
-def _stamp_ok(stamp: Path, params: Dict) -> bool:
+def _stamp_ok(stamp: Path, params: dict) -> bool:
     try:
         return json.loads(stamp.read_text()) == params
     except (OSError, ValueError):
         return False
 
 
-def _write_stamp(stamp: Path, params: Dict) -> None:
+def _write_stamp(stamp: Path, params: dict) -> None:
     tmp = stamp.with_suffix(".tmp")
     tmp.write_text(json.dumps(params, sort_keys=True))
     os.replace(tmp, stamp)
@@ -68,7 +67,7 @@ def _write_one(prefix: str, lengths: numpy.ndarray, rng: numpy.random.Generator,
     builder.finalize(prefix + ".idx")
 
 
-def write_corpus(prefix: str, n_docs: int, seed: int, median: float, sigma: float = 1.0) -> Dict:
+def write_corpus(prefix: str, n_docs: int, seed: int, median: float, sigma: float = 1.0) -> dict:
     """Write (or reuse) one corpus at ``prefix``; returns its description."""
     params = dict(kind="corpus", n_docs=n_docs, seed=seed, median=median, sigma=sigma,
                   vocab=VOCAB_SIZE, eod=EOD, dtype="uint16")
@@ -83,7 +82,7 @@ def write_corpus(prefix: str, n_docs: int, seed: int, median: float, sigma: floa
 
 
 def write_many(directory: str, n_prefixes: int, docs_per_prefix: int, seed: int,
-               median: float, sigma: float = 1.0) -> List[str]:
+               median: float, sigma: float = 1.0) -> list[str]:
     """Write (or reuse) ``n_prefixes`` small corpora ``directory/p00000`` ... for blends.
 
     Prefix i has ``docs_per_prefix`` documents drawn with seed ``seed + i``; asking for
@@ -116,7 +115,7 @@ def _read_count(stamp: Path) -> int:
         return 0
 
 
-def blend_weights(n: int, seed: int) -> List[float]:
+def blend_weights(n: int, seed: int) -> list[float]:
     """Lognormal (skewed) blend weights, normalised to sum to 1."""
     w = numpy.random.default_rng(seed).lognormal(0.0, 1.0, size=n)
     return (w / w.sum()).tolist()

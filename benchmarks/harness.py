@@ -20,8 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Optional
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "worker.py"
@@ -37,7 +38,7 @@ def self_maxrss_mib() -> float:
     return _maxrss_mib(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
-def run_side(target: str, params: Dict[str, Any], timeout: float = 1800.0) -> Dict[str, Any]:
+def run_side(target: str, params: dict[str, Any], timeout: float = 1800.0) -> dict[str, Any]:
     """Run ``module:function(params)`` in a child process and return its report.
 
     The report is the function's dict plus ``peak_rss_mib`` (from wait4),
@@ -56,7 +57,7 @@ def run_side(target: str, params: Dict[str, Any], timeout: float = 1800.0) -> Di
             status, usage = _wait_with_timeout(proc, timeout)
         wall = time.perf_counter() - t0
         log_text = log_path.read_text(errors="replace")
-        report: Dict[str, Any] = {}
+        report: dict[str, Any] = {}
         if out_path.exists():
             report = json.loads(out_path.read_text())
         if status != 0 and "error" not in report:
@@ -86,7 +87,7 @@ def _wait_with_timeout(proc: subprocess.Popen, timeout: float):
 # --------------------------------------------------------------------------- timing
 
 
-def best_of(fn: Callable[[], Any], repeats: int = 5, budget_s: float = 2.0) -> Dict[str, float]:
+def best_of(fn: Callable[[], Any], repeats: int = 5, budget_s: float = 2.0) -> dict[str, float]:
     """Time ``fn`` up to ``repeats`` times (at least once, stop early past ``budget_s``).
 
     Returns min and median seconds. The minimum is the number we compare: on a
@@ -115,6 +116,6 @@ class Probe:
         self.rss_base_mib = self_maxrss_mib()
 
 
-def unavailable(side: str, error: BaseException) -> Dict[str, Any]:
+def unavailable(side: str, error: BaseException) -> dict[str, Any]:
     """The report of a side whose API is not there (yet)."""
     return {"error": f"{side} side not available yet: {type(error).__name__}: {error}"}

@@ -9,21 +9,21 @@ raw tokenizer. It runs in its own process like every other measurement.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 from harness import run_side
 
 HERE = Path(__file__).resolve().parent
 
 
-def tokenloom_preprocess(params: Dict[str, Any], probe) -> Dict[str, Any]:
+def tokenloom_preprocess(params: dict[str, Any], probe) -> dict[str, Any]:
     import bench_preprocess
 
     probe.imported()
     return {"report": bench_preprocess.main(params["argv"])}
 
 
-def run(ctx: Dict[str, Any]) -> List[Dict[str, Any]]:
+def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
     if not (HERE / "bench_preprocess.py").exists():
         return [{"target": "5 preprocessing", "case": "-",
                  "tokenloom_error": "benchmarks/bench_preprocess.py not there yet"}]

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import pstats
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 # (category, test on (filename, funcname)), first match wins
-CATEGORIES: List[Tuple[str, Any]] = [
+CATEGORIES: list[tuple[str, Any]] = [
     ("fsync", lambda f, n: "fsync" in n),
     ("numba compile / cache load", lambda f, n: "/numba/" in f or "llvmlite" in f
      or "marshal.loads" in n),
@@ -38,10 +38,10 @@ CATEGORIES: List[Tuple[str, Any]] = [
 ]
 
 
-def summarise(profiler, top: int = 12) -> Dict[str, Any]:
+def summarise(profiler, top: int = 12) -> dict[str, Any]:
     """Grouped self time, plus the top functions by self time and by cumulative time."""
     stats = pstats.Stats(profiler).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
-    groups: Dict[str, float] = {}
+    groups: dict[str, float] = {}
     total = 0.0
     rows = []
     for (filename, line, name), (_, ncalls, tt, ct, _) in stats.items():

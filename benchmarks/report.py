@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 from rows import fmt_ratio, fmt_time
 
@@ -13,7 +13,7 @@ TARGET_PREFIX = {"blending": "1", "fetch": "2", "warmstart": "3", "index": "4",
 START, END = "<!-- bench:generated:start -->", "<!-- bench:generated:end -->"
 
 
-def goal(row: Dict[str, Any]) -> Tuple[str, Optional[bool]]:
+def goal(row: dict[str, Any]) -> tuple[str, Optional[bool]]:
     """The issue's target for this row and whether this run met it (None: not judged)."""
     t, sp = row.get("target", ""), row.get("speedup")
     eq = row.get("equal")
@@ -46,7 +46,7 @@ def goal(row: Dict[str, Any]) -> Tuple[str, Optional[bool]]:
     return "-", None
 
 
-def _cells(row: Dict[str, Any]) -> List[str]:
+def _cells(row: dict[str, Any]) -> list[str]:
     text, met = goal(row)
     mark = {True: "yes", False: "NO", None: "-"}[met]
     same = {True: "yes", False: "NO", None: "-"}[row.get("equal")]
@@ -59,7 +59,7 @@ def _cells(row: Dict[str, Any]) -> List[str]:
     return [row.get("target", ""), row.get("case", ""), mc, tl, ratio, same, text, mark, rss]
 
 
-def _rss(row: Dict[str, Any], side: str) -> str:
+def _rss(row: dict[str, Any], side: str) -> str:
     peak = row.get(f"{side}_peak_rss_mib")
     if peak is None:
         return "-"
@@ -71,7 +71,7 @@ HEADER = ["target", "case", "megatron-core (or baseline)", "tokenloom", "speed-u
           "goal", "met", "peak RSS MiB mc / tl (+above imports)"]
 
 
-def expand(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def expand(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows as shown: the fetch row is followed by a derived get_batch row."""
     out = []
     for row in rows:
@@ -86,7 +86,7 @@ def expand(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
-def text_table(rows: List[Dict[str, Any]]) -> str:
+def text_table(rows: list[dict[str, Any]]) -> str:
     table = [HEADER] + [_cells(r) for r in expand(rows)]
     widths = [max(len(str(line[i])) for line in table) for i in range(len(HEADER))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)) for line in table]
@@ -95,7 +95,7 @@ def text_table(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(lines + errors)
 
 
-def markdown(results: Dict[str, Any]) -> str:
+def markdown(results: dict[str, Any]) -> str:
     rows = results["rows"]
     runs = results.get("runs") or [{"command": results["command"], "started": results[
         "started"], "targets": [], "loadavg_start": results["loadavg_start"][0],
@@ -115,7 +115,7 @@ def markdown(results: Dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _details(rows: List[Dict[str, Any]]) -> List[str]:
+def _details(rows: list[dict[str, Any]]) -> list[str]:
     out = ["", "### Details", ""]
     for r in rows:
         t = r.get("target", "")
@@ -147,7 +147,7 @@ def _details(rows: List[Dict[str, Any]]) -> List[str]:
     return out
 
 
-def _profiles(rows: List[Dict[str, Any]]) -> List[str]:
+def _profiles(rows: list[dict[str, Any]]) -> list[str]:
     out = []
     for r in rows:
         for side, prof in (r.get("profiles") or {}).items():
@@ -167,7 +167,7 @@ def _profiles(rows: List[Dict[str, Any]]) -> List[str]:
     return out
 
 
-def _machine(results: Dict[str, Any]) -> List[str]:
+def _machine(results: dict[str, Any]) -> list[str]:
     m = results["machine"]
     keys = ("cpu", "cpus", "cpus_usable", "memory_gib", "platform", "python", "numpy",
             "torch", "numba", "megatron.core", "tokenloom", "tokenloom_commit",
@@ -176,7 +176,7 @@ def _machine(results: Dict[str, Any]) -> List[str]:
             f". Total run time {results.get('total_s', 0):.0f} s."]
 
 
-def rewrite_markdown(path: Path, results: Dict[str, Any]) -> None:
+def rewrite_markdown(path: Path, results: dict[str, Any]) -> None:
     """Replace the text between the generated-section markers (append them if absent)."""
     body = f"{START}\n{markdown(results)}\n{END}"
     text = path.read_text() if path.exists() else "# Benchmarks\n"

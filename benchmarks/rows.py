@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 
-def pair_row(target: str, case: str, mc: Dict[str, Any], tl: Dict[str, Any], *,
-             per: Optional[int] = None, per_unit: str = "", check: Optional[Dict] = None,
-             metric: str = "min_s") -> Dict[str, Any]:
+def pair_row(target: str, case: str, mc: dict[str, Any], tl: dict[str, Any], *,
+             per: Optional[int] = None, per_unit: str = "", check: Optional[dict] = None,
+             metric: str = "min_s") -> dict[str, Any]:
     """Combine a megatron-core report and a tokenloom report into one row.
 
     ``speedup`` is megatron time / tokenloom time (>1: tokenloom is faster).
     ``*_rss_delta_mib`` is the peak RSS above what the child had after its imports
     and inputs were loaded (its ``probe.imported()`` mark).
     """
-    row: Dict[str, Any] = {"target": target, "case": case, "notes": []}
+    row: dict[str, Any] = {"target": target, "case": case, "notes": []}
     for side, rep in (("megatron", mc), ("tokenloom", tl)):
         if rep.get("error"):
             row[f"{side}_error"] = rep["error"]

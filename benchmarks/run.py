@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -49,9 +49,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def machine() -> Dict[str, Any]:
+def machine() -> dict[str, Any]:
     """What the numbers were measured on, and how busy the machine was."""
-    info: Dict[str, Any] = {"python": platform.python_version(),
+    info: dict[str, Any] = {"python": platform.python_version(),
                             "platform": platform.platform(),
                             "cpus": os.cpu_count(),
                             "cpus_usable": len(os.sched_getaffinity(0))}
@@ -85,7 +85,7 @@ def _version(module: str) -> str:
     return out.stdout.strip() or "not installed"
 
 
-def run_target(name: str, ctx: Dict[str, Any]) -> List[Dict[str, Any]]:
+def run_target(name: str, ctx: dict[str, Any]) -> list[dict[str, Any]]:
     """Run one target; a failure becomes a row with the error, never a crash."""
     import importlib
 
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     ctx = dict(quick=args.quick, data=args.data_dir, work=args.work_dir,
                profile=not args.no_profile, megatron_at_scale=not args.no_megatron_at_scale)
     Path(args.work_dir).mkdir(parents=True, exist_ok=True)
-    results: Dict[str, Any] = {"command": " ".join(["benchmarks/run.py", *sys.argv[1:]]),
+    results: dict[str, Any] = {"command": " ".join(["benchmarks/run.py", *sys.argv[1:]]),
                                "quick": args.quick, "started": time.strftime("%Y-%m-%d %H:%M"),
                                "machine": machine(), "loadavg_start": os.getloadavg(),
                                "rows": []}
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _merge_write(path: Path, results: Dict[str, Any], wanted: List[str]) -> None:
+def _merge_write(path: Path, results: dict[str, Any], wanted: list[str]) -> None:
     """With --only, keep the other targets' rows from the previous results file."""
     if set(wanted) != set(TARGETS) and path.exists():
         try:

@@ -10,7 +10,7 @@ enforced by the dataclass).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 from data import EOD, VOCAB_SIZE
 
@@ -29,8 +29,8 @@ class BenchTokenizer:
 
 
 def describe(*, seed: int = 1234, sequence_length: int = 4096, split: str = "100,0,0",
-             blend: Optional[List] = None, path_to_cache: Optional[str] = None,
-             **extra: Any) -> Dict[str, Any]:
+             blend: Optional[list] = None, path_to_cache: Optional[str] = None,
+             **extra: Any) -> dict[str, Any]:
     """The one description both sides are built from (GPT defaults, no attention mask)."""
     desc = dict(random_seed=seed, sequence_length=sequence_length, split=split, blend=blend,
                 path_to_cache=path_to_cache, reset_position_ids=False,
@@ -40,7 +40,7 @@ def describe(*, seed: int = 1234, sequence_length: int = 4096, split: str = "100
     return desc
 
 
-def config_for(side: str, desc: Dict[str, Any]):
+def config_for(side: str, desc: dict[str, Any]):
     """``GPTDatasetConfig`` of ``side`` ("megatron" or "tokenloom") for ``desc``."""
     kwargs = dict(desc)
     if kwargs.get("blend") is not None:
@@ -50,7 +50,7 @@ def config_for(side: str, desc: Dict[str, Any]):
     return gpt_classes(side)["GPTDatasetConfig"](**kwargs)
 
 
-def gpt_classes(side: str, builder: bool = False) -> Dict[str, Any]:
+def gpt_classes(side: str, builder: bool = False) -> dict[str, Any]:
     """The classes a benchmark needs from one side, imported lazily (the builder on request)."""
     if side == MEGATRON:
         from megatron.core.datasets.blended_megatron_dataset_builder import (
@@ -79,7 +79,7 @@ def _tokenloom_builder():
     raise ImportError("BlendedMegatronDatasetBuilder not found (" + "; ".join(errors) + ")")
 
 
-def build_gpt_dataset(side: str, prefix: str, num_samples: Optional[int], desc: Dict[str, Any]):
+def build_gpt_dataset(side: str, prefix: str, num_samples: Optional[int], desc: dict[str, Any]):
     """A train-split GPTDataset over every document of ``prefix``, built like the builder does."""
     import numpy
 
@@ -92,7 +92,7 @@ def build_gpt_dataset(side: str, prefix: str, num_samples: Optional[int], desc: 
     return gpt(low, prefix, indices, num_samples, classes["Split"].train, config)
 
 
-def sample_to_numpy(sample: Dict[str, Any]) -> Dict[str, Any]:
+def sample_to_numpy(sample: dict[str, Any]) -> dict[str, Any]:
     """A sample dict with torch tensors (megatron) or ndarrays (tokenloom) -> ndarrays."""
     out = {}
     for key, value in sample.items():

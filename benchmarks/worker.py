@@ -20,7 +20,6 @@ if str(HERE) not in sys.path:
 
 from harness import Probe, self_maxrss_mib  # noqa: E402
 
-
 OPEN_FILES = 1 << 16
 
 

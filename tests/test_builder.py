@@ -6,8 +6,8 @@ import json
 
 import numpy
 import pytest
-
 from tests.random_corpora import EOD, write_corpus
+
 from tokenloom.builder import BlendedMegatronDatasetBuilder, get_size_per_split_per_dataset
 from tokenloom.cli.main import main as cli_main
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, MockGPTDataset, SimpleTokenizer

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy
 import pytest
-
 from tests.conftest import golden_cases
+
 from tokenloom.builder import BlendedMegatronDatasetBuilder
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, MockGPTDataset, SimpleTokenizer
 from tokenloom.datasets.blended import BlendedDataset

@@ -7,6 +7,7 @@ import ast
 import threading
 from pathlib import Path
 
+import numpy
 import pytest
 
 from tokenloom.process_caches import BoundedCache, clear_process_caches, process_caches
@@ -71,11 +72,70 @@ def _module_level_mutables(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("area", ["cache", "builder", "format/identity.py", "format/lazy.py",
-                                  "format/reader.py", "format/index_file.py",
-                                  "datasets/gpt.py", "datasets/blended.py"])
+def _memoising_decorators(path: Path) -> list[str]:
+    """Functions decorated with ``functools.lru_cache`` / ``functools.cache`` (hidden,
+    unclearable caches)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                name = getattr(target, "attr", getattr(target, "id", None))
+                if name in ("lru_cache", "cache"):
+                    found.append(node.name)
+    return found
+
+
+AREAS = ["cache", "builder", "kernels", "index", "format/identity.py", "format/lazy.py",
+         "format/reader.py", "format/index_file.py", "format/dtypes.py", "format/integrity.py",
+         "datasets/gpt.py", "datasets/blended.py", "datasets/_rng_memo.py",
+         "datasets/_gpt_indices.py", "datasets/_sample.py", "datasets/megatron_dataset.py",
+         "datasets/mock.py", "datasets/masks.py", "datasets/utils.py",
+         "training/permutation.py", "training/samplers.py", "training/state.py", "progress.py"]
+
+
+@pytest.mark.parametrize("area", AREAS)
 def test_no_module_level_caches_outside_the_registry(area):
     paths = [SOURCE / area] if area.endswith(".py") else sorted((SOURCE / area).rglob("*.py"))
+    assert paths and all(path.is_file() for path in paths), f"{area}: no such module"
     for path in paths:
         names = [n for n in _module_level_mutables(path) if n != "__all__"]
         assert names == [], f"{path}: module-level state {names}; declare it in process_caches"
+        memoised = _memoising_decorators(path)
+        assert memoised == [], f"{path}: lru_cache on {memoised}; use a BoundedCache instead"
+
+
+def test_the_detectors_find_module_level_state(tmp_path):
+    module = tmp_path / "stateful.py"
+    module.write_text("import functools\n_SEEN = {}\n_ORDER: list = list()\n"
+                      "@functools.lru_cache(maxsize=None)\ndef f(x):\n    return x\n")
+    assert _module_level_mutables(module) == ["_SEEN", "_ORDER"]
+    assert _memoising_decorators(module) == ["f"]
+
+
+def _gpt_build(seed: int) -> tuple:
+    from tokenloom.datasets._gpt_indices import build_indices, plan_epochs
+
+    lengths = numpy.array([5, 9, 3, 12, 7, 4, 8, 6], dtype=numpy.int32)
+    documents = numpy.arange(lengths.shape[0], dtype=numpy.int32)
+    plan = plan_epochs(lengths, documents, 20, 4, 1, False, "test")
+    return build_indices(lengths, documents, plan, 4, 1, seed)
+
+
+def test_the_gpt_index_caches_fill_and_clearing_them_changes_no_result():
+    """``datasets._gpt_indices`` and ``datasets._rng_memo`` keep their memos in the
+    registry: a build fills them, a cleared build recomputes the same arrays."""
+    from tokenloom.process_caches import DOCUMENT_DRAWS, SEEDED_STATES, SHUFFLE_DRAWS
+
+    clear_process_caches()
+    cold = _gpt_build(seed=4321)
+    assert 4321 in SEEDED_STATES and len(DOCUMENT_DRAWS) == 1 and len(SHUFFLE_DRAWS) == 1
+    warm = _gpt_build(seed=4321)
+    clear_process_caches()
+    assert len(SEEDED_STATES) == len(DOCUMENT_DRAWS) == len(SHUFFLE_DRAWS) == 0
+    again = _gpt_build(seed=4321)
+    for first, second, third in zip(cold, warm, again):
+        numpy.testing.assert_array_equal(first, second)
+        numpy.testing.assert_array_equal(first, third)
+    other = _gpt_build(seed=4322)
+    assert not numpy.array_equal(cold[2], other[2]) or not numpy.array_equal(cold[0], other[0])

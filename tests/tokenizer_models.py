@@ -9,8 +9,12 @@ from __future__ import annotations
 import pytest
 
 from tokenloom.preprocess.stdlib_corpus import docstrings, stdlib_root, stdlib_sources
-from tokenloom.tokenizers.train import (byte_level_bpe_ranks, train_byte_level_bpe,
-                                        train_sentencepiece, write_tiktoken_file)
+from tokenloom.tokenizers.train import (
+    byte_level_bpe_ranks,
+    train_byte_level_bpe,
+    train_sentencepiece,
+    write_tiktoken_file,
+)
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy
 import pytest
-
 from tests.conftest import golden_cases
+
 from tokenloom.cli.main import main
 from tokenloom.format import IndexedDataset, IndexedDatasetBuilder
 

@@ -10,9 +10,15 @@ import numpy
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.datasets._helpers import (
+    GOLDEN_DIR,
+    golden_case,
+    golden_config,
+    small_config,
+    split_indices,
+    write_corpus,
+)
 
-from tests.datasets._helpers import (GOLDEN_DIR, golden_case, golden_config, small_config,
-                                     split_indices, write_corpus)
 from tokenloom.datasets import GPTDataset, MockGPTDataset, Split
 from tokenloom.datasets.masks import reference_ltor_masks_and_position_ids
 from tokenloom.errors import ConfigError

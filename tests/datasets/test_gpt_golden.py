@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import numpy
 import pytest
+from tests.datasets._helpers import (
+    GOLDEN_DIR,
+    golden_case,
+    golden_config,
+    sample_ids,
+    split_indices,
+)
 
-from tests.datasets._helpers import (GOLDEN_DIR, golden_case, golden_config, sample_ids,
-                                     split_indices)
 from tokenloom.datasets import GPTDataset, MockGPTDataset, Split
 
 requires_golden = pytest.mark.skipif(not (GOLDEN_DIR / "manifest.json").is_file(),

@@ -6,8 +6,11 @@ import numpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenloom.datasets.masks import (document_boundaries, ltor_masks_and_position_ids,
-                                      reference_ltor_masks_and_position_ids)
+from tokenloom.datasets.masks import (
+    document_boundaries,
+    ltor_masks_and_position_ids,
+    reference_ltor_masks_and_position_ids,
+)
 
 EOD = 2
 

@@ -6,8 +6,8 @@ import os
 
 import numpy
 import pytest
-
 from tests.datasets._helpers import FLAGS
+
 from tokenloom.datasets import GPTDatasetConfig, MockGPTDataset, MockGPTLowLevelDataset, Split
 from tokenloom.datasets.split import split_document_range
 from tokenloom.errors import ConfigError

@@ -32,14 +32,14 @@ def general(ds, monkeypatch):
     source = TokenSource(ds.dataset)
     monkeypatch.delenv("TOKENLOOM_DISABLE_NUMBA")
     assert source.kernel is None and source.sample_kernel is None
-    _, maker = ds._sampler()
+    _, maker = ds.sampler()
     return general_fetch(maker, source, ds.document_index, ds.sample_index, ds.shuffle_index,
                          len(ds))
 
 
 def fast(ds):
     """``fetch`` by the kernel, loaded synchronously (no general-path fallback)."""
-    source, maker = ds._sampler()
+    source, maker = ds.sampler()
     fetch = fast_fetch(maker, source, ds.document_index, ds.sample_index, ds.shuffle_index,
                        len(ds), background=False)
     assert source.sample_kernel is not None
@@ -71,7 +71,7 @@ def test_fast_path_equals_general_path(corpus, tmp_path, monkeypatch, options, s
         options["reset_attention_mask"] = False  # per-sample masks: general path only
     ds = make(corpus, tmp_path, split, **options)
     reference, quick = general(ds, monkeypatch), fast(ds)
-    assert ds._sampler()[1].fast_path_applies(ds._sampler()[0])
+    assert ds.sampler()[1].fast_path_applies(ds.sampler()[0])
     positions = st.one_of(st.none(), st.integers(-len(ds), len(ds) - 1))
     for idx in data.draw(st.lists(positions, min_size=1, max_size=8)):
         expected = reference(idx)
@@ -84,7 +84,7 @@ def test_fast_path_equals_general_path(corpus, tmp_path, monkeypatch, options, s
 def test_configs_the_kernel_cannot_serve_take_the_general_path(corpus, tmp_path, monkeypatch,
                                                               overrides):
     ds = make(corpus, tmp_path, Split.train, reset_position_ids=True, **overrides)
-    source, maker = ds._sampler()
+    source, maker = ds.sampler()
     assert not maker.fast_path_applies(source)
     reference = general(ds, monkeypatch)
     for idx in (3, None, -1):
@@ -153,7 +153,7 @@ def test_a_document_outside_the_bin_raises_format_error_on_both_paths(corpus, tm
 
     ds = make(corpus, tmp_path, Split.train, create_attention_mask=False)
     expected = [general(ds, monkeypatch)(k) for k in range(len(ds))]
-    source, maker = ds._sampler()
+    source, maker = ds.sampler()
     bad_doc = int(ds.document_index[int(ds.sample_index[ds.shuffle_index[0], 0])])
     source.pointers = source.pointers.copy()
     source.pointers[bad_doc] = source.tokens.nbytes
@@ -181,7 +181,7 @@ def test_compiled_entry_equals_the_dispatcher_and_falls_back(corpus, tmp_path):
 
     ds = make(corpus, tmp_path, Split.train, create_attention_mask=False)
     fast(ds)
-    source, maker = ds._sampler()
+    source, maker = ds.sampler()
     kernel = source.sample_kernel
     params = kernel_params(maker, source)
     arguments = sample_arguments(source, ds.document_index, ds.sample_index, ds.shuffle_index,

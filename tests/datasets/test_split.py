@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tokenloom.datasets import (Split, convert_split_vector_to_split_matrix,
-                                parse_and_normalize_split, split_document_range)
+from tokenloom.datasets import (
+    Split,
+    convert_split_vector_to_split_matrix,
+    parse_and_normalize_split,
+    split_document_range,
+)
 from tokenloom.errors import ConfigError
 
 

@@ -6,9 +6,13 @@ import json
 
 import pytest
 
-from tokenloom.datasets import (get_blend_from_list, get_blend_per_split_from_dict,
-                                get_blend_per_split_from_file, load_sequences_per_dataset,
-                                normalize)
+from tokenloom.datasets import (
+    get_blend_from_list,
+    get_blend_per_split_from_dict,
+    get_blend_per_split_from_file,
+    load_sequences_per_dataset,
+    normalize,
+)
 from tokenloom.errors import ConfigError
 
 

@@ -134,7 +134,7 @@ def test_a_long_reader_waits_for_a_slow_load_instead_of_staying_on_the_general_p
     monkeypatch.setattr(_sample, "GENERAL_SAMPLES_BEFORE_WAIT", 40)
     rows = [k % len(dataset) for k in range(41)]
     expected = reference_samples(dataset, rows, monkeypatch)
-    source, _ = dataset._sampler()
+    source, _ = dataset.sampler()
     served = [dataset[k] for k in rows[:40]]  # never blocks: the load has not even begun
     assert source.sample_kernel is None
     release.set()

@@ -99,6 +99,8 @@ WORKLOAD = textwrap.dedent("""
     sample = index.build_sample_index(sizes, documents, 64, 1, int(sizes.sum()), True, 1)
     index.build_shuffle_index(sample.shape[0] - 1, sample.shape[0] - 1,
                               numpy.random.RandomState(1))
+    from tokenloom.training.permutation import randperm
+    randperm(1000, 3)  # the random samplers' permutation
 """)
 
 
@@ -115,4 +117,4 @@ def test_after_warmup_a_first_process_compiles_nothing(tmp_path):
     missed = {name: hm for name, hm in stats.items() if hm[1]}
     assert not missed, f"compiled although warmed up: {missed}"
     assert {"batch.fill_sample", "batch.fill_batch", "blend_fast.greedy",
-            "sample_index.sample_index", "shuffle.shuffle"} <= set(stats)
+            "sample_index.sample_index", "shuffle.shuffle", "permutation.swap_block"} <= set(stats)

@@ -33,3 +33,13 @@ def test_warm_up_one_group_reports_it(capsys):
     assert main(["warmup", "--kernels", "shuffle"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("shuffle") and "cached in" in out
+
+
+def test_warm_up_compiles_the_randperm_kernels(capsys):
+    pytest.importorskip("numba")
+    assert main(["warmup", "--kernels", "permutation"]) == 0
+    assert capsys.readouterr().out.startswith("permutation")
+    from tokenloom.kernels import KERNELS
+
+    kernels = KERNELS.require("permutation")
+    assert kernels.swap_block.signatures and kernels.inside_out_block.signatures

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Optional
 
 from tokenloom.errors import ConfigError
 
@@ -68,15 +69,15 @@ def register(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def _read_words(path: str) -> List[str]:
+def _read_words(path: str) -> list[str]:
     try:
-        with open(path, "rt", encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             return handle.read().split()
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"--data-args-path {path}: cannot read it ({error})") from None
 
 
-def collect_blends(args: argparse.Namespace) -> List[Tuple[List[str], Optional[List[float]]]]:
+def collect_blends(args: argparse.Namespace) -> list[tuple[list[str], Optional[list[float]]]]:
     """Every blend named by the arguments (exactly one form must be used)."""
     from tokenloom.datasets.utils import get_blend_from_list, get_blend_per_split_from_file
 
@@ -105,17 +106,17 @@ def collect_blends(args: argparse.Namespace) -> List[Tuple[List[str], Optional[L
     return [blend for blend in blends if blend is not None]
 
 
-def unique_prefixes(blends) -> List[str]:
+def unique_prefixes(blends) -> list[str]:
     """Prefixes of all blends, each once, in order of first appearance."""
     return list(dict.fromkeys(prefix for prefixes, _ in blends for prefix in prefixes))
 
 
-def count_sequences(prefixes: Sequence[str], progress_enabled=None) -> Dict[str, List[int]]:
+def count_sequences(prefixes: Sequence[str], progress_enabled=None) -> dict[str, list[int]]:
     """``{prefix: [sequence_count, document_count]}`` from each ``.idx`` header."""
-    from tokenloom._progress import progress
     from tokenloom.format import get_idx_path, read_index_header
+    from tokenloom.progress import progress
 
-    counts: Dict[str, List[int]] = {}
+    counts: dict[str, list[int]] = {}
     with progress(total=len(prefixes), desc="reading .idx headers", unit="prefix",
                   enabled=progress_enabled) as bar:
         for prefix in prefixes:

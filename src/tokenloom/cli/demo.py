@@ -14,7 +14,6 @@ import argparse
 import os
 import platform
 import time
-from typing import Dict, List
 
 DESCRIPTION = """\
 Run the whole tokenloom pipeline on real text, offline, in well under a minute:
@@ -121,7 +120,7 @@ def _train(corpora, args, out: str):
     return tokenizer
 
 
-def _preprocess(corpora, tokenizer, args, out: str) -> Dict[str, str]:
+def _preprocess(corpora, tokenizer, args, out: str) -> dict[str, str]:
     from tokenloom.preprocess import preprocess
 
     print(f"[3/4] preprocess -> .bin/.idx{'':<4}{'documents':>11}{'tokens':>12}{'tok/doc':>9}"
@@ -149,7 +148,7 @@ def _one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def _show_documents(prefixes: Dict[str, str], tokenizer) -> None:
+def _show_documents(prefixes: dict[str, str], tokenizer) -> None:
     from tokenloom.format import IndexedDataset
 
     print("\n      documents read back from the .bin/.idx files and decoded:")
@@ -173,7 +172,7 @@ def _dataset_classes():
     return BlendedMegatronDatasetBuilder, GPTDataset, GPTDatasetConfig
 
 
-def _blend(prefixes: Dict[str, str], tokenizer, args, out: str) -> None:
+def _blend(prefixes: dict[str, str], tokenizer, args, out: str) -> None:
     classes = _dataset_classes()
     if classes is None:
         print("\n[4/4] blended GPT dataset: skipped (tokenloom.builder / tokenloom.datasets are "
@@ -197,7 +196,7 @@ def _blend(prefixes: Dict[str, str], tokenizer, args, out: str) -> None:
     _show_sample(train, tokenizer)
 
 
-def _blend_counts(blended, datasets: int) -> List[int]:
+def _blend_counts(blended, datasets: int) -> list[int]:
     import numpy
 
     index = getattr(blended, "dataset_index", None)
@@ -240,7 +239,7 @@ def quote(piece: str) -> str:
     return f"'{piece}'"
 
 
-def _positions_to_show(labels, eod) -> List[int]:
+def _positions_to_show(labels, eod) -> list[int]:
     import numpy
 
     eods = numpy.flatnonzero(labels == eod).tolist()

@@ -73,7 +73,6 @@ def run(args: argparse.Namespace) -> int:
     """Merge ``args.prefixes`` into ``args.output_prefix``."""
     import numpy
 
-    from tokenloom._progress import progress
     from tokenloom.format import (
         IndexedDatasetBuilder,
         get_bin_path,
@@ -81,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         read_index_header,
     )
     from tokenloom.format.integrity import open_for_inspection
+    from tokenloom.progress import progress
     from tokenloom.provenance import check_tokenizers, merged_sidecar, read_sidecars
 
     prefixes = _normalise(args.prefixes)

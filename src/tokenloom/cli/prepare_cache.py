@@ -13,7 +13,7 @@ import argparse
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 from tokenloom.errors import ConfigError
 
@@ -52,7 +52,7 @@ examples:
 """
 
 # dest -> (flags, kind, help); kind: int, float, path, split (str), words (list), bool
-_OPTIONS: Dict[str, tuple] = {
+_OPTIONS: dict[str, tuple] = {
     "blend": (["--data-path", "--blend"], "words", "weight/prefix list: '0.7 a 0.3 b' or 'a b'"),
     "blend_per_split": (["--per-split-data-args-path"], "path",
                         'JSON file {"train": [...], "valid": [...], "test": [...]}'),
@@ -123,10 +123,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def load_settings_file(path: str) -> Dict[str, Any]:
+def load_settings_file(path: str) -> dict[str, Any]:
     """Read a JSON or YAML config into a dict with canonical keys."""
     try:
-        with open(path, "rt", encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"--config {path}: cannot read it ({error})") from None
@@ -150,9 +150,9 @@ def load_settings_file(path: str) -> Dict[str, Any]:
     return canonical_settings(data, source=f"--config {path}")
 
 
-def canonical_settings(data: Dict[str, Any], source: str) -> Dict[str, Any]:
+def canonical_settings(data: dict[str, Any], source: str) -> dict[str, Any]:
     """Normalise keys (dashes, Megatron aliases, a nested tokenizer) and reject unknown ones."""
-    settings: Dict[str, Any] = {}
+    settings: dict[str, Any] = {}
     for raw_key, value in data.items():
         key = _ALIASES.get(str(raw_key).replace("-", "_"), str(raw_key).replace("-", "_"))
         if key == "tokenizer" and isinstance(value, dict):
@@ -165,7 +165,7 @@ def canonical_settings(data: Dict[str, Any], source: str) -> Dict[str, Any]:
     return settings
 
 
-def merged_settings(args: argparse.Namespace) -> Dict[str, Any]:
+def merged_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Settings of the config file overridden by the flags that were given."""
     settings = load_settings_file(args.config) if args.config else {}
     for dest in _OPTIONS:
@@ -185,10 +185,10 @@ class Plan:
     context: int
     data_parallel_size: int
     global_batch_size: int
-    sizes: List[Optional[int]]
+    sizes: list[Optional[int]]
 
 
-def _int_setting(settings: Dict[str, Any], key: str, default: Optional[int] = None,
+def _int_setting(settings: dict[str, Any], key: str, default: Optional[int] = None,
                  minimum: int = 0) -> Optional[int]:
     value = settings.get(key, default)
     if value is None:
@@ -198,10 +198,16 @@ def _int_setting(settings: Dict[str, Any], key: str, default: Optional[int] = No
     return value
 
 
-def compute_plan(settings: Dict[str, Any]) -> Plan:
+def _int_or_default(settings: dict[str, Any], key: str, default: int, minimum: int = 0) -> int:
+    """``_int_setting`` for a setting with a default (an explicit None also gives it)."""
+    value = _int_setting(settings, key, default, minimum)
+    return default if value is None else value
+
+
+def compute_plan(settings: dict[str, Any]) -> Plan:
     """Data-parallel size, global batch size and the train/valid/test sample targets."""
-    world = _int_setting(settings, "world_size", 1, 1)
-    tp, pp, cp = (_int_setting(settings, f"{name}_parallel_size", 1, 1)
+    world = _int_or_default(settings, "world_size", 1, 1)
+    tp, pp, cp = (_int_or_default(settings, f"{name}_parallel_size", 1, 1)
                   for name in ("tensor_model", "pipeline_model", "context"))
     if world % (tp * pp * cp):
         raise ConfigError(f"world_size={world} is not divisible by tensor x pipeline x context "
@@ -217,14 +223,14 @@ def compute_plan(settings: Dict[str, Any]) -> Plan:
     return Plan(world, tp, pp, cp, dp, gbs, _target_sizes(settings, gbs))
 
 
-def _target_sizes(settings: Dict[str, Any], gbs: int) -> List[Optional[int]]:
+def _target_sizes(settings: dict[str, Any], gbs: int) -> list[Optional[int]]:
     train_iters = _int_setting(settings, "train_iters")
     train_samples = _int_setting(settings, "train_samples")
-    eval_iters = _int_setting(settings, "eval_iters", 0)
+    eval_iters = _int_or_default(settings, "eval_iters", 0)
     eval_interval = _int_setting(settings, "eval_interval", None, 1)
-    if train_samples is None and train_iters is None:
+    if not train_samples and train_iters is None:
         raise ConfigError("give train_iters (or train_samples) to size the train split")
-    train = train_samples if train_samples else train_iters * gbs
+    train = train_samples if train_samples or train_iters is None else train_iters * gbs
     if settings.get("full_validation"):
         valid = None
     else:
@@ -235,11 +241,14 @@ def _target_sizes(settings: Dict[str, Any], gbs: int) -> List[Optional[int]]:
     return [train, valid, eval_iters * gbs]
 
 
-def make_config(settings: Dict[str, Any]):
+def make_config(settings: dict[str, Any]):
     """The GPTDatasetConfig of the run (fast-load switches off: they only consume caches)."""
     from tokenloom.datasets import GPTDatasetConfig, SimpleTokenizer
-    from tokenloom.datasets.utils import (get_blend_from_list, get_blend_per_split_from_dict,
-                                          get_blend_per_split_from_file)
+    from tokenloom.datasets.utils import (
+        get_blend_from_list,
+        get_blend_per_split_from_dict,
+        get_blend_per_split_from_file,
+    )
 
     fields = {key: settings[key] for key in _GPT_FIELDS if settings.get(key) is not None}
     blend, per_split = settings.get("blend"), settings.get("blend_per_split")
@@ -250,7 +259,7 @@ def make_config(settings: Dict[str, Any]):
         fields["blend"] = get_blend_from_list(blend.split() if isinstance(blend, str) else blend)
     elif isinstance(per_split, dict):
         fields["blend_per_split"] = get_blend_per_split_from_dict(per_split, "blend_per_split")
-    else:
+    elif per_split is not None:
         fields["blend_per_split"] = get_blend_per_split_from_file(per_split)
     if fields.get("path_to_cache") is None:
         raise ConfigError("give --data-cache-path: the directory the training run reads its "

@@ -151,12 +151,16 @@ def run(args) -> int:
     policy, splitter = policy_from_args(args), splitter_from_args(args)
     print(f"tokenloom preprocess: {tokenizer!r}, {len(args.json_keys)} key(s), "
           f"{args.workers} worker(s); {settings_line(tokenizer, policy, args)}", flush=True)
-    summary = preprocess(inputs, args.output_prefix, tokenizer, json_keys=args.json_keys,
-                         append_eod=args.append_eod, workers=args.workers, policy=policy,
-                         chunk_bytes=max(int(args.chunk_mb * (1 << 20)), 1),
-                         show_progress=args.show_progress, partitions=args.partitions,
-                         keep_sequential_samples=args.keep_sequential_samples,
-                         sentence_splitter=splitter, log_interval=args.log_interval)
+    from tokenloom.storage.staging import staged_output
+
+    # s3:// / msc:// outputs: written and finalized locally, uploaded only on success
+    with staged_output(args.output_prefix) as output_prefix:
+        summary = preprocess(inputs, output_prefix, tokenizer, json_keys=args.json_keys,
+                             append_eod=args.append_eod, workers=args.workers, policy=policy,
+                             chunk_bytes=max(int(args.chunk_mb * (1 << 20)), 1),
+                             show_progress=args.show_progress, partitions=args.partitions,
+                             keep_sequential_samples=args.keep_sequential_samples,
+                             sentence_splitter=splitter, log_interval=args.log_interval)
     for line in summary.lines():
         print(line)
     return 0

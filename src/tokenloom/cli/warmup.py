@@ -51,9 +51,10 @@ examples:
   NUMBA_CACHE_DIR=/opt/numba-cache tokenloom warmup
 """
 
-GROUPS = ("index", "blending", "shuffle", "samples")
-"""Kernel groups: the GPT sample index, blending, the MT19937 shuffle, and the sample /
-batch kernels of ``dataset[i]`` and ``get_batch``."""
+GROUPS = ("index", "blending", "shuffle", "samples", "permutation")
+"""Kernel groups: the GPT sample index, blending, the MT19937 shuffle, the sample /
+batch kernels of ``dataset[i]`` and ``get_batch``, and the ``randperm`` of the training
+side's random samplers."""
 
 _TOKEN_DTYPES = ("uint8", "int8", "int16", "uint16", "int32", "int64", "float64", "float32")
 
@@ -91,6 +92,17 @@ def _shuffle_kernels(token_dtypes: Sequence[str]) -> list[Any]:
         pos = numpy.array([state["pos"]], dtype=numpy.int64)
         kernels.shuffle(numpy.arange(100, dtype=dtype), key, pos, kernels.BLOCK)
     return [kernels.shuffle]
+
+
+def _permutation_kernels(token_dtypes: Sequence[str]) -> list[Any]:
+    """Both Fisher-Yates variants of ``randperm``, typed as its own calls type them."""
+    from tokenloom.kernels import KERNELS
+
+    kernels = KERNELS.require("permutation")
+    draws = numpy.zeros(4, dtype=numpy.uint64)
+    kernels.swap_block(numpy.arange(5, dtype=numpy.int64), draws, 0, 5)
+    kernels.inside_out_block(numpy.empty(2, dtype=numpy.int64), draws, 0)
+    return [kernels.swap_block, kernels.inside_out_block]
 
 
 def _sample_kernels(token_dtypes: Sequence[str]) -> list[Any]:
@@ -139,6 +151,7 @@ def _tiny_dataset(prefix: str, cache: str) -> Any:
 _WARMERS: dict[str, Callable[[Sequence[str]], list[Any]]] = {
     "index": _index_kernels, "blending": _blending_kernels,
     "shuffle": _shuffle_kernels, "samples": _sample_kernels,
+    "permutation": _permutation_kernels,
 }
 
 

@@ -31,10 +31,13 @@ from tokenloom.errors import ConfigError, FormatError
 from tokenloom.index.validate import check_gpt_indices, sample_position
 from tokenloom.kernels import KERNELS, compiled_entry, read_only
 
-__all__ = ["TokenSource", "SampleMaker", "fast_fetch", "general_fetch", "sample_arguments",
-           "sample_position"]
+__all__ = ["Fetch", "TokenSource", "SampleMaker", "fast_fetch", "general_fetch",
+           "sample_arguments", "sample_position"]
 
 _UNBOUND = object()
+
+Fetch = Callable[[Optional[int]], dict[str, numpy.ndarray]]
+"""``fetch(idx) -> sample dict`` of a bound :class:`SampleMaker` (``None``: padding sample)."""
 
 GENERAL_SAMPLES_BEFORE_WAIT = 256
 """Samples ``fast_fetch`` serves by the general path while its kernel loads in the
@@ -162,7 +165,7 @@ class SampleMaker:
         self.ones = numpy.ones(self.seq, dtype=numpy.float32)
         self.causal = None
         self.bound = _UNBOUND  # the index arrays ``fetch`` was bound to (see ``bind``)
-        self.fetch: Optional[Callable] = None
+        self.fetch: Optional[Fetch] = None
         self.checked: Optional[tuple[numpy.ndarray, ...]] = None  # see check_indices
         if config.create_attention_mask:
             try:
@@ -227,7 +230,7 @@ class SampleMaker:
 
     def bind(self, source: TokenSource, document_index: numpy.ndarray,
              sample_index: numpy.ndarray, shuffle_index: numpy.ndarray, count: int,
-             bound: object) -> Callable:
+             bound: object) -> Fetch:
         """Set (and return) ``self.fetch``: ``fetch(idx) -> sample dict`` over these
         indices (checked first, see :meth:`check_indices`); ``bound`` (the owner's
         index container) marks what it was bound to."""
@@ -278,9 +281,9 @@ def _fits_int64(value) -> bool:
 
 def general_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.ndarray,
                   sample_index: numpy.ndarray, shuffle_index: numpy.ndarray,
-                  count: int) -> Callable:
+                  count: int) -> Fetch:
     """``fetch(idx)`` by :meth:`SampleMaker.general_sample` (``None``: padding sample)."""
-    def fetch(idx):
+    def fetch(idx: Optional[int]) -> dict[str, numpy.ndarray]:
         row = shuffle_index.item(sample_position(0 if idx is None else idx, count))
         return maker.general_sample(source, document_index, sample_index, row, idx is None)
     return fetch
@@ -305,7 +308,7 @@ def sample_arguments(source: TokenSource, document_index: numpy.ndarray,
 
 def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.ndarray,
                sample_index: numpy.ndarray, shuffle_index: numpy.ndarray,
-               count: int, background: bool = True) -> Callable:
+               count: int, background: bool = True) -> Fetch:
     """``fetch(idx)`` by the ``fill_sample`` kernel: four fresh arrays per call, no
     intermediate buffer; everything per-dataset is looked up here, once.
 
@@ -325,7 +328,7 @@ def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.nd
         _load(source, arguments, background)
     kernel, served = None, 0
 
-    def fetch(idx):
+    def fetch(idx: Optional[int]) -> dict[str, numpy.ndarray]:
         nonlocal kernel, served
         if kernel is None:
             loaded = source.sample_kernel

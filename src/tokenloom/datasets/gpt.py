@@ -26,15 +26,15 @@ from typing import Any, Optional, Protocol, cast
 
 import numpy
 
+from tokenloom import storage
 from tokenloom.cache import CacheKey, IndexCache, array_digest, file_identity
 from tokenloom.cache.indices import CachedIndices
 from tokenloom.datasets import _gpt_indices
-from tokenloom.datasets._batch import get_batch
+from tokenloom.datasets._batch import BatchInputs, get_batch
 from tokenloom.datasets._sample import SampleMaker, TokenSource
 from tokenloom.datasets.config import GPTDatasetConfig
 from tokenloom.datasets.megatron_dataset import MegatronDataset, tokenizer_identity
 from tokenloom.datasets.split import Split, split_document_range
-from tokenloom import storage
 from tokenloom.errors import CacheError, ConfigError
 from tokenloom.format import IndexedDataset, LazyIndexedDataset
 
@@ -110,6 +110,7 @@ class GPTDataset(MegatronDataset):
             [config.reset_position_ids, config.reset_attention_mask, config.eod_mask_loss])
         self._source: Optional[TokenSource] = None
         self._maker: Optional[SampleMaker] = None
+        self._batch_inputs: Optional[BatchInputs] = None
         self._length: Optional[int] = None
         self.cache: Optional[IndexCache] = None
         self.cache_key: Optional[CacheKey] = None
@@ -125,8 +126,7 @@ class GPTDataset(MegatronDataset):
         return int(low_level_dataset.sequence_lengths.shape[0])
 
     @staticmethod
-    def build_low_level_dataset(dataset_path: str,  # type: ignore[override]
-                                config: GPTDatasetConfig) -> IndexedDataset:
+    def build_low_level_dataset(dataset_path: str, config: GPTDatasetConfig) -> IndexedDataset:
         """Open ``dataset_path`` as an ``IndexedDataset`` as the config asks."""
         if dataset_path.startswith(("s3://", "msc://")):
             return IndexedDataset(dataset_path, multimodal=False, mmap=config.mmap_bin_files,
@@ -299,7 +299,9 @@ class GPTDataset(MegatronDataset):
         return self._length
 
     # -- samples ---------------------------------------------------------------------
-    def _sampler(self) -> tuple[TokenSource, SampleMaker]:
+    def sampler(self) -> tuple[TokenSource, SampleMaker]:
+        """This dataset's token reader and sample maker (made once, rebuilt after
+        unpickling): what every sample path reads documents and builds fields with."""
         if self._maker is None or self._source is None:
             self._source = TokenSource(self.dataset)
             self._maker = SampleMaker(self.config, self._pad_token_id, self._source)
@@ -312,11 +314,22 @@ class GPTDataset(MegatronDataset):
         """
         maker = self._maker
         arrays = self.cached_indices.arrays()
-        if maker is None or maker.bound is not arrays:  # first call, or reloaded
-            source, maker = self._sampler()
-            maker.bind(source, arrays["document_index"], arrays["sample_index"],
-                       arrays["shuffle_index"], len(self), arrays)
-        return maker.fetch(idx)
+        fetch = None if maker is None or maker.bound is not arrays else maker.fetch
+        if fetch is None:  # first call, or reloaded
+            source, maker = self.sampler()
+            fetch = maker.bind(source, arrays["document_index"], arrays["sample_index"],
+                               arrays["shuffle_index"], len(self), arrays)
+        return fetch(idx)
+
+    def batch_inputs(self) -> BatchInputs:
+        """What the batch kernel needs for the current index arrays (checked against the
+        documents once, then reused until the indices are reloaded)."""
+        arrays = self.cached_indices.arrays()
+        inputs = self._batch_inputs
+        if inputs is None or inputs.bound is not arrays:
+            source, maker = self.sampler()
+            inputs = self._batch_inputs = BatchInputs(source, maker, arrays, len(self))
+        return inputs
 
     def get_batch(self, indices: Sequence[Optional[int]],
                   out: Optional[Mapping[str, numpy.ndarray]] = None) -> dict[str, numpy.ndarray]:
@@ -346,5 +359,5 @@ class GPTDataset(MegatronDataset):
     # -- pickling (DataLoader workers) -------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_source"] = state["_maker"] = None  # rebuilt in the worker
+        state["_source"] = state["_maker"] = state["_batch_inputs"] = None  # rebuilt in the worker
         return state

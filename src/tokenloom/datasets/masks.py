@@ -10,7 +10,7 @@ True means *masked*; ``loss_mask`` is float32; ``position_ids`` is int64.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional
 
 import numpy
 
@@ -30,10 +30,10 @@ def causal_attention_mask(seq_length: int) -> numpy.ndarray:
 def reference_ltor_masks_and_position_ids(
     tokens: numpy.ndarray, eod: int, reset_position_ids: bool, reset_attention_mask: bool,
     eod_mask_loss: bool, create_attention_mask: bool,
-) -> Tuple[Optional[numpy.ndarray], numpy.ndarray, numpy.ndarray]:
+) -> tuple[Optional[numpy.ndarray], numpy.ndarray, numpy.ndarray]:
     """megatron-core's ``_get_ltor_masks_and_position_ids``, step by step."""
     seq_length = tokens.shape[0]
-    attention = None
+    attention: Optional[numpy.ndarray] = None
     if create_attention_mask:
         attention = numpy.tril(numpy.ones((seq_length, seq_length), dtype=numpy.float32))[None]
     loss_mask = numpy.ones(seq_length, dtype=numpy.float32)
@@ -75,7 +75,7 @@ def reset_positions(is_eod: numpy.ndarray) -> numpy.ndarray:
 def ltor_masks_and_position_ids(
     tokens: numpy.ndarray, eod: int, reset_position_ids: bool, reset_attention_mask: bool,
     eod_mask_loss: bool, create_attention_mask: bool,
-) -> Tuple[Optional[numpy.ndarray], numpy.ndarray, numpy.ndarray]:
+) -> tuple[Optional[numpy.ndarray], numpy.ndarray, numpy.ndarray]:
     """Vectorised ``(attention_mask, loss_mask, position_ids)``; same values as the reference."""
     seq_length = tokens.shape[0]
     is_eod = tokens == eod
@@ -95,7 +95,7 @@ def ltor_masks_and_position_ids(
     return attention, loss_mask, position_ids
 
 
-def document_boundaries(part_lengths: numpy.ndarray, seq_length: int) -> Tuple[numpy.ndarray, numpy.ndarray]:
+def document_boundaries(part_lengths: numpy.ndarray, seq_length: int) -> tuple[numpy.ndarray, numpy.ndarray]:
     """``(cu_seqlens, max_seqlen)`` of a sample cut from documents of ``part_lengths``.
 
     ``part_lengths`` are the token counts taken from each document (in order, padding

@@ -106,8 +106,9 @@ class MegatronDataset(MegatronDescription, ABC):
         raise NotImplementedError
 
     @staticmethod
-    def build_low_level_dataset(dataset_path: str, config: BlendedMegatronDatasetConfig) -> Any:
-        """Open the low-level dataset at ``dataset_path``."""
+    def build_low_level_dataset(dataset_path: str, config: Any) -> Any:
+        """Open the low-level dataset at ``dataset_path``; ``config`` is the subclass's own
+        :class:`BlendedMegatronDatasetConfig` subclass (each dataset takes its own)."""
         raise NotImplementedError
 
     @staticmethod
@@ -130,7 +131,7 @@ def tokenizer_identity(tokenizer: Any) -> Any:
     identifiers = getattr(tokenizer, "unique_identifiers", None)
     if identifiers is not None or tokenizer is None:
         return identifiers
-    summary = OrderedDict([("class", type(tokenizer).__name__)])
+    summary: OrderedDict[str, Any] = OrderedDict([("class", type(tokenizer).__name__)])
     for name in ("vocab_size", "eod", "pad"):
         try:
             summary[name] = getattr(tokenizer, name)

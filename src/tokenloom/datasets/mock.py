@@ -43,7 +43,7 @@ class MockGPTLowLevelDataset:
             low=1, high=self.max_sequence_length, size=self.size, dtype=numpy.int32)
 
     @property
-    def unique_identifiers(self) -> "OrderedDict[str, Any]":
+    def unique_identifiers(self) -> OrderedDict[str, Any]:
         """Everything the mock documents depend on (used in cache keys)."""
         return OrderedDict([("class", type(self).__name__), ("seed", self.seed),
                             ("size", self.size), ("max_sequence_length", self.max_sequence_length),
@@ -87,6 +87,6 @@ class MockGPTDataset(GPTDataset):
         return len(low_level_dataset)
 
     @staticmethod
-    def build_low_level_dataset(dataset_path: Optional[str],
-                                config: GPTDatasetConfig) -> MockGPTLowLevelDataset:
+    def build_low_level_dataset(  # type: ignore[override]  # a stand-in for IndexedDataset
+            dataset_path: Optional[str], config: GPTDatasetConfig) -> MockGPTLowLevelDataset:
         return MockGPTLowLevelDataset(config.tokenizer)

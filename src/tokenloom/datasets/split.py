@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from enum import Enum
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional
 
 from tokenloom.errors import ConfigError
 
@@ -37,10 +38,13 @@ class Split(Enum):
 
 
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
-_SPLIT_GRAMMAR = re.compile(rf"^\s*{_NUMBER}(?:\s*[,/\s]\s*{_NUMBER})*\s*$")
+# megatron-core reads every run of [.0-9] as a number, so any other character separates;
+# the separators people use (and Megatron's docs show) are accepted, signs and letters
+# (which megatron-core would silently misread: "-1" as 1) are not.
+_SPLIT_GRAMMAR = re.compile(rf"^\s*{_NUMBER}(?:\s*[,/;:_\s]\s*{_NUMBER})*\s*$")
 
 
-def normalize(weights: Sequence[float]) -> List[float]:
+def normalize(weights: Sequence[float]) -> list[float]:
     """Divide ``weights`` by their sum (float64 arithmetic, as megatron-core)."""
     import numpy
 
@@ -54,7 +58,7 @@ def normalize(weights: Sequence[float]) -> List[float]:
     return (array / total).tolist()
 
 
-def parse_and_normalize_split(split: str) -> List[float]:
+def parse_and_normalize_split(split: str) -> list[float]:
     """Parse a split string (``"99,1,0"``) into three normalised fractions.
 
     Fewer than three numbers are padded with zeros (``"99,1"`` -> ``[0.99, 0.01, 0.0]``).
@@ -89,9 +93,9 @@ def parse_and_normalize_split(split: str) -> List[float]:
     return normalize(values)
 
 
-def _cumulative(vector: Sequence[float]) -> List[float]:
+def _cumulative(vector: Sequence[float]) -> list[float]:
     """``[a, b, c] -> [0, a, a+b, a+b+c]`` accumulated left to right (megatron's order)."""
-    expansion: List[float] = [0]
+    expansion: list[float] = [0]
     for value in vector:
         expansion.append(expansion[-1] + value)
     return expansion
@@ -99,7 +103,7 @@ def _cumulative(vector: Sequence[float]) -> List[float]:
 
 def convert_split_vector_to_split_matrix(
     vector_a: Sequence[float], vector_b: Optional[Sequence[float]] = None
-) -> List[Optional[Tuple[float, float]]]:
+) -> list[Optional[tuple[float, float]]]:
     """Turn one (or the overlap of two) split vectors into per-split bookends.
 
     ``[0.99, 0.01, 0.0] -> [(0, 0.99), (0.99, 1.0), None]``. With ``vector_b`` each row
@@ -115,7 +119,7 @@ def convert_split_vector_to_split_matrix(
         )
     expansion_a = _cumulative(vector_a)
     expansion_b = _cumulative(vector_b)
-    matrix: List[Optional[Tuple[float, float]]] = []
+    matrix: list[Optional[tuple[float, float]]] = []
     for i in range(len(vector_a)):
         begin = max(expansion_a[i], expansion_b[i])
         end = min(expansion_a[i + 1], expansion_b[i + 1])
@@ -123,7 +127,7 @@ def convert_split_vector_to_split_matrix(
     return matrix
 
 
-def split_document_range(bookends: Tuple[float, float], num_elements: int) -> Tuple[int, int]:
+def split_document_range(bookends: tuple[float, float], num_elements: int) -> tuple[int, int]:
     """The ``[begin, end)`` element range a split-matrix row selects, as the builder does."""
     begin = int(round(bookends[0] * float(num_elements)))
     end = int(round(bookends[1] * float(num_elements)))

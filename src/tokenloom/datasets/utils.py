@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from collections.abc import Mapping, Sequence
+from typing import Optional, Union, cast
 
 from tokenloom.datasets.split import Split, normalize
 from tokenloom.errors import ConfigError
@@ -28,7 +29,7 @@ __all__ = [
     "load_sequences_per_dataset",
 ]
 
-Blend = Tuple[List[str], Optional[List[float]]]
+Blend = tuple[list[str], Optional[list[float]]]
 
 
 def _as_weight(text: str) -> Optional[float]:
@@ -66,12 +67,12 @@ def get_blend_from_list(blend: Optional[Sequence[str]]) -> Optional[Blend]:
         )
     if unparsed:
         return [item.strip() for item in blend], None
-    return [prefix.strip() for prefix in prefixes], weights
+    return [prefix.strip() for prefix in prefixes], [w for w in weights if w is not None]
 
 
 def get_blend_per_split_from_dict(
     per_split: Mapping[str, object], source: str = "per-split blend"
-) -> List[Optional[Blend]]:
+) -> list[Optional[Blend]]:
     """``{"train": [...], "valid": [...], "test": [...]}`` -> ``blend_per_split``.
 
     Each value is a blend list (or a whitespace separated string) or ``null`` for a
@@ -82,7 +83,7 @@ def get_blend_per_split_from_dict(
     unknown = sorted(set(per_split) - {split.name for split in Split})
     if unknown:
         raise ConfigError(f"{source}: unknown keys {unknown}; use only train, valid, test")
-    blends: List[Optional[Blend]] = []
+    blends: list[Optional[Blend]] = []
     for split in Split:
         if split.name not in per_split:
             raise ConfigError(
@@ -92,18 +93,21 @@ def get_blend_per_split_from_dict(
         value = per_split[split.name]
         if isinstance(value, str):
             value = value.split()
-        blends.append(get_blend_from_list(value))
+        # get_blend_from_list checks the value is a list of strings
+        blends.append(get_blend_from_list(cast("Optional[Sequence[str]]", value)))
     return blends
 
 
-def get_blend_per_split_from_file(path: Union[str, os.PathLike]) -> List[Optional[Blend]]:
+def get_blend_per_split_from_file(path: Union[str, os.PathLike]) -> list[Optional[Blend]]:
     """Read a ``--per-split-data-args-path`` JSON file into ``blend_per_split``."""
-    return get_blend_per_split_from_dict(_read_json(path), source=str(path))
+    # get_blend_per_split_from_dict checks the JSON value is an object
+    data = cast("Mapping[str, object]", _read_json(path))
+    return get_blend_per_split_from_dict(data, source=str(path))
 
 
 def _read_json(path: Union[str, os.PathLike]) -> object:
     try:
-        with open(path, "rt", encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             return json.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
@@ -111,16 +115,15 @@ def _read_json(path: Union[str, os.PathLike]) -> object:
         raise ConfigError(f"{path}: cannot read it as JSON ({error})") from None
 
 
-def _counts(prefix: str, value: object, source: str) -> Tuple[int, int]:
+def _counts(prefix: str, value: object, source: str) -> tuple[int, int]:
     if isinstance(value, Mapping):
         value = (value.get("sequence_count"), value.get("document_count"))
-    ok = (
+    if not (
         isinstance(value, Sequence)
         and not isinstance(value, str)
         and len(value) == 2
         and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
-    )
-    if not ok:
+    ):
         raise ConfigError(
             f"{source}: entry for {prefix!r} is {value!r}; expected "
             "[sequence_count, document_count] as two non-negative integers"
@@ -130,13 +133,14 @@ def _counts(prefix: str, value: object, source: str) -> Tuple[int, int]:
 
 def load_sequences_per_dataset(
     source: Union[str, os.PathLike, Mapping[str, object]],
-) -> Dict[str, Tuple[int, int]]:
+) -> dict[str, tuple[int, int]]:
     """Normalise ``sequences_per_dataset`` (a JSON path or a mapping) to
     ``{prefix: (sequence_count, document_count)}``."""
     name = "sequences_per_dataset"
+    data: object = source
     if isinstance(source, (str, os.PathLike)):
         name = f"sequences_per_dataset file {source}"
-        source = _read_json(source)
-    if not isinstance(source, Mapping):
+        data = _read_json(source)
+    if not isinstance(data, Mapping):
         raise ConfigError(f"{name}: expected a mapping {{prefix: [sequence_count, document_count]}}")
-    return {str(prefix): _counts(prefix, value, name) for prefix, value in source.items()}
+    return {str(prefix): _counts(prefix, value, name) for prefix, value in data.items()}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Tuple
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy
 
@@ -10,11 +11,11 @@ from tokenloom.errors import FormatError
 from tokenloom.format._buffers import as_numpy
 
 
-def _is_awkward(documents) -> bool:
+def _is_awkward(documents: object) -> bool:
     return type(documents).__module__.split(".")[0] == "awkward"
 
 
-def _awkward_chunks(documents, chunk_size: int) -> Iterator[Tuple[numpy.ndarray, numpy.ndarray]]:
+def _awkward_chunks(documents: Any, chunk_size: int) -> Iterator[tuple[numpy.ndarray, numpy.ndarray]]:
     import awkward  # imported only when an awkward Array is handed in
 
     if documents.ndim != 2:
@@ -33,8 +34,10 @@ def _awkward_chunks(documents, chunk_size: int) -> Iterator[Tuple[numpy.ndarray,
         start_doc, start_tok = stop_doc, stop_tok
 
 
-def _iterable_chunks(documents, chunk_size: int) -> Iterator[Tuple[numpy.ndarray, numpy.ndarray]]:
-    pending, counts, total = [], [], 0
+def _iterable_chunks(documents: Iterable[Any], chunk_size: int) -> Iterator[tuple[numpy.ndarray, numpy.ndarray]]:
+    pending: list[numpy.ndarray] = []
+    counts: list[int] = []
+    total = 0
     for position, document in enumerate(documents):
         array = as_numpy(document)
         if array.ndim != 1:
@@ -49,12 +52,12 @@ def _iterable_chunks(documents, chunk_size: int) -> Iterator[Tuple[numpy.ndarray
         yield _concatenate(pending), numpy.asarray(counts, dtype=numpy.int64)
 
 
-def _concatenate(arrays) -> numpy.ndarray:
+def _concatenate(arrays: Sequence[numpy.ndarray]) -> numpy.ndarray:
     nonempty = [a for a in arrays if a.shape[0]] or arrays[:1]
     return numpy.concatenate(nonempty)
 
 
-def iter_flat_chunks(documents, chunk_size: int) -> Iterator[Tuple[numpy.ndarray, numpy.ndarray]]:
+def iter_flat_chunks(documents: Any, chunk_size: int) -> Iterator[tuple[numpy.ndarray, numpy.ndarray]]:
     """Yield ``(flat_tokens, counts)``: consecutive documents concatenated, about
     ``chunk_size`` tokens per chunk (at least one document)."""
     if _is_awkward(documents):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Optional, Type, Union
+from typing import Any, Optional, Union, cast
 
 import numpy
 
@@ -29,11 +29,11 @@ class DType(Enum):
     uint16 = 8
 
     @classmethod
-    def code_from_dtype(cls, value) -> int:
+    def code_from_dtype(cls, value: Any) -> int:
         """Return the header code of a numpy dtype (type, ``numpy.dtype`` or name)."""
         try:
             name = numpy.dtype(value).name
-            return cls[name].value
+            return int(cls[name].value)
         except (KeyError, TypeError) as error:
             known = ", ".join(member.name for member in cls)
             raise FormatError(
@@ -41,26 +41,26 @@ class DType(Enum):
             ) from error
 
     @classmethod
-    def dtype_from_code(cls, value: int) -> Type[numpy.number]:
+    def dtype_from_code(cls, value: int) -> type[numpy.number[Any]]:
         """Return the numpy scalar type for a header code (FormatError when unknown)."""
         try:
-            return getattr(numpy, cls(int(value)).name)
+            return cast("type[numpy.number[Any]]", getattr(numpy, cls(int(value)).name))
         except (ValueError, TypeError) as error:
             known = ", ".join(f"{member.value}={member.name}" for member in cls)
             raise FormatError(f"unknown dtype code {value!r}; known codes: {known}") from error
 
     @staticmethod
-    def size(key: Union[int, Type[numpy.number], numpy.dtype]) -> int:
+    def size(key: Union[int, type[numpy.number[Any]], numpy.dtype[Any]]) -> int:
         """Return the size in bytes of one token, given a header code or a numpy dtype."""
         if isinstance(key, (int, numpy.integer)) and not isinstance(key, bool):
             return numpy.dtype(DType.dtype_from_code(int(key))).itemsize
         try:
-            return numpy.dtype(key).itemsize
+            return int(numpy.dtype(cast(Any, key)).itemsize)
         except TypeError as error:
             raise FormatError(f"{key!r} is neither a dtype code nor a numpy dtype") from error
 
     @staticmethod
-    def optimal_dtype(cardinality: Optional[int]) -> Type[numpy.number]:
+    def optimal_dtype(cardinality: Optional[int]) -> type[numpy.number[Any]]:
         """Return the smallest token dtype for a vocabulary of ``cardinality`` ids.
 
         ``numpy.uint16`` below 65500 ids, ``numpy.int32`` otherwise or when unknown
@@ -71,12 +71,12 @@ class DType(Enum):
         return numpy.int32
 
 
-def optimal_dtype(vocab_size: Optional[int]) -> Type[numpy.number]:
+def optimal_dtype(vocab_size: Optional[int]) -> type[numpy.number[Any]]:
     """Return ``numpy.uint16`` if ``vocab_size < 65500`` else ``numpy.int32``."""
     return DType.optimal_dtype(vocab_size)
 
 
-def normalize_dtype(dtype) -> Type[numpy.number]:
+def normalize_dtype(dtype: Any) -> type[numpy.number[Any]]:
     """Return the numpy scalar type of ``dtype`` after checking the format supports it."""
     code = DType.code_from_dtype(dtype)
     return DType.dtype_from_code(code)

@@ -8,10 +8,11 @@ token, in bounded-memory chunks.
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional
+from typing import Optional
 
 import numpy
 
+from tokenloom.format import remote
 from tokenloom.format.dtypes import DType
 from tokenloom.format.reader import IndexedDataset, IndexFile
 from tokenloom.format.spec import get_bin_path, get_idx_path, read_index_header, sequence_pointers
@@ -19,7 +20,7 @@ from tokenloom.format.spec import get_bin_path, get_idx_path, read_index_header,
 _TOKEN_CHUNK = 1 << 26
 
 
-def describe_lengths(values: numpy.ndarray) -> Dict[str, float]:
+def describe_lengths(values: numpy.ndarray) -> dict[str, float]:
     """min/mean/p50/p99/max of ``values`` (zeros when empty)."""
     if values.size == 0:
         return {"min": 0, "mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0}
@@ -29,25 +30,33 @@ def describe_lengths(values: numpy.ndarray) -> Dict[str, float]:
 
 
 def open_for_inspection(path_prefix: str) -> IndexedDataset:
-    """Open a pair, detecting from the ``.idx`` size whether it is multimodal."""
-    index = IndexFile(get_idx_path(path_prefix), multimodal=None, check_documents=False)
+    """Open a pair, detecting from the ``.idx`` size whether it is multimodal.
+
+    The document index is checked here (the summary walks it), but the sequence-pointer
+    check that every other open runs is skipped (``fast_cache_load=True``), so that
+    :func:`check_integrity` can list every problem of a broken pair, which is what the
+    reader's pointer error tells users to run."""
+    idx_path = remote.fetched_index(path_prefix) if remote.is_remote(path_prefix) \
+        else get_idx_path(path_prefix)  # s3:// and msc://: the cached copy
+    index = IndexFile(idx_path, multimodal=None, check_documents=True)
     multimodal = index.multimodal and index.header.sequence_count > 0
     index.close()
-    return IndexedDataset(path_prefix, multimodal=multimodal)
+    return IndexedDataset(path_prefix, multimodal=multimodal, fast_cache_load=True)
 
 
-def dataset_summary(dataset: IndexedDataset) -> dict:
+def dataset_summary(dataset: IndexedDataset) -> dict[str, object]:
     """Header fields, counts and length statistics of an open dataset."""
     prefix = dataset.path_prefix
-    header = read_index_header(get_idx_path(prefix))
+    idx_path, bin_bytes = remote.index_and_bin_size(dataset)
+    header = read_index_header(idx_path)
     lengths = dataset.sequence_lengths.astype(numpy.int64)
     documents = dataset.document_indices
     bounds = numpy.concatenate([[0], numpy.cumsum(lengths)])
     doc_tokens = bounds[documents[1:]] - bounds[documents[:-1]]
-    summary = {
+    summary: dict[str, object] = {
         "prefix": prefix,
-        "idx_path": get_idx_path(prefix), "idx_bytes": os.path.getsize(get_idx_path(prefix)),
-        "bin_path": get_bin_path(prefix), "bin_bytes": os.path.getsize(get_bin_path(prefix)),
+        "idx_path": idx_path, "idx_bytes": os.path.getsize(idx_path),
+        "bin_path": get_bin_path(prefix), "bin_bytes": bin_bytes,
         "version": 1, "dtype": numpy.dtype(header.dtype).name,
         "dtype_code": DType.code_from_dtype(header.dtype), "multimodal": dataset.multimodal,
         "sequence_count": header.sequence_count, "document_count": header.num_documents,
@@ -56,15 +65,16 @@ def dataset_summary(dataset: IndexedDataset) -> dict:
         "document_tokens": describe_lengths(doc_tokens),
         "sequences_per_document": describe_lengths(numpy.diff(documents)),
     }
-    if dataset.multimodal:
-        modes, counts = numpy.unique(dataset.sequence_modes, return_counts=True)
+    sequence_modes = dataset.sequence_modes
+    if dataset.multimodal and sequence_modes is not None:
+        modes, counts = numpy.unique(sequence_modes, return_counts=True)
         summary["modes"] = {str(int(m)): int(c) for m, c in zip(modes, counts)}
     return summary
 
 
-def check_integrity(dataset: IndexedDataset, vocab_size: Optional[int] = None) -> List[str]:
+def check_integrity(dataset: IndexedDataset, vocab_size: Optional[int] = None) -> list[str]:
     """Every problem found in an open dataset (empty list when the pair is sound)."""
-    problems: List[str] = []
+    problems: list[str] = []
     prefix = dataset.path_prefix
     lengths = dataset.sequence_lengths
     itemsize = numpy.dtype(dataset.dtype).itemsize
@@ -79,7 +89,7 @@ def check_integrity(dataset: IndexedDataset, vocab_size: Optional[int] = None) -
                         f"and the {itemsize}-byte dtype; first at sequence {at}: "
                         f"{int(dataset.sequence_pointers[at])} instead of {int(expected[at])}")
     total = int(lengths.sum(dtype=numpy.int64)) * itemsize
-    size = os.path.getsize(get_bin_path(prefix))
+    size = remote.index_and_bin_size(dataset)[1]
     if size != total:
         problems.append(f"{prefix}.bin: {size} bytes, the index describes {total}")
     drops = numpy.flatnonzero(numpy.diff(dataset.document_indices) < 0)
@@ -90,7 +100,7 @@ def check_integrity(dataset: IndexedDataset, vocab_size: Optional[int] = None) -
     return problems
 
 
-def _check_vocab(dataset: IndexedDataset, vocab_size: int) -> List[str]:
+def _check_vocab(dataset: IndexedDataset, vocab_size: int) -> list[str]:
     tokens = dataset.tokens
     if tokens is None:  # non-mmap reader: one sequence range at a time is not needed here
         tokens = numpy.concatenate(dataset[:]) if len(dataset) else numpy.empty(0, dataset.dtype)

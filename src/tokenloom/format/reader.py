@@ -313,6 +313,8 @@ class IndexedDataset:
         out = tokens[start:start + count]
         if misaligned or pointer < 0 or out.shape[0] != count:
             raise self._bad_read(pointer, count, tokens.nbytes)
+        if pointer + count * self._itemsize > self.bin_reader.guard_from:
+            self.bin_reader.verify_size()  # the mapping's tail, or shrunk: docs/reliability.md
         return out
 
     def _bad_read(self, pointer: int, count: int, size: Optional[int]) -> FormatError:

@@ -1,7 +1,7 @@
 """Every numba kernel of tokenloom, behind one loader: :data:`KERNELS`.
 
 The kernel modules of this package (``sample_index``, ``blend_scan``, ``blend_fast``,
-``shuffle``, ``batch``) import numba at their top and are never imported directly:
+``shuffle``, ``batch``, ``permutation``) import numba at their top and are never imported directly:
 callers ask ``KERNELS.get(name)``, which returns the module, or ``None`` when the
 readable reference path must run instead. That happens when
 
@@ -49,7 +49,7 @@ __all__ = ["DISABLE_ENV", "KERNEL_MODULES", "KERNELS", "KernelLoader", "cache_lo
 DISABLE_ENV = "TOKENLOOM_DISABLE_NUMBA"
 """Environment variable: set to ``1`` to run the readable reference kernels."""
 
-KERNEL_MODULES = ("sample_index", "blend_scan", "blend_fast", "shuffle", "batch")
+KERNEL_MODULES = ("sample_index", "blend_scan", "blend_fast", "shuffle", "batch", "permutation")
 """The numba kernel modules of this package, as ``KERNELS.get`` names them."""
 
 _NUMBA_PARTS = ("numba", "llvmlite")

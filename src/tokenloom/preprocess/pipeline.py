@@ -42,7 +42,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Optional
 
-from tokenloom._progress import progress
 from tokenloom.errors import PreprocessError, TokenizerError
 from tokenloom.format import optimal_dtype
 from tokenloom.preprocess._outputs import Outputs
@@ -60,6 +59,7 @@ from tokenloom.preprocess.inputs import DEFAULT_CHUNK_BYTES
 from tokenloom.preprocess.records import Policy, Splitter
 from tokenloom.preprocess.sources import open_source, parse_any
 from tokenloom.preprocess.summary import OutputStats, PreprocessSummary, dtype_name
+from tokenloom.progress import progress
 from tokenloom.provenance import preprocess_sidecars
 from tokenloom.tokenizers import load_tokenizer
 

@@ -12,18 +12,18 @@ against torch 2.13 (``tests/training/test_randperm.py``):
   outputs (``hi`` first), ``z = u % (i+1)``, then ``r[i] = r[z]; r[z] = i``.
 
 :func:`reference_randperm` is the readable loop; :func:`randperm` runs the same steps in
-numba over blocks of draws from numpy's MT19937 (identical outputs).
+numba (:mod:`tokenloom.kernels.permutation`) over blocks of draws from numpy's MT19937
+(identical outputs), or the readable loop where the kernels cannot run.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from typing import Optional
 
 import numpy
 
 from tokenloom.errors import ConfigError
+from tokenloom.kernels import KERNELS
 
 __all__ = ["SMALL_N_LIMIT", "mt19937_outputs", "randperm", "reference_randperm"]
 
@@ -63,22 +63,10 @@ def _check(n: int, dtype: object) -> numpy.dtype:
     return kind
 
 
-def _kernels() -> Optional[object]:
-    if os.environ.get("TOKENLOOM_DISABLE_NUMBA", "").strip() not in ("", "0"):
-        return None
-    try:
-        from tokenloom.training import _permutation_kernel
-    except ModuleNotFoundError as error:
-        if error.name != "numba":
-            raise
-        return None
-    return _permutation_kernel
-
-
 def randperm(n: int, seed: int, dtype: object = numpy.int64) -> numpy.ndarray:
     """``torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()``."""
     kind = _check(n, dtype)
-    kernel = _kernels()
+    kernel = KERNELS.get("permutation")
     if kernel is None:
         return reference_randperm(n, seed, kind)
     generator = _generator(seed)
@@ -86,13 +74,13 @@ def randperm(n: int, seed: int, dtype: object = numpy.int64) -> numpy.ndarray:
         result = numpy.arange(n, dtype=kind)
         start = 0
         for draws in _blocks(generator, max(n - 1, 0)):
-            kernel.swap_block(result, draws, start, n)  # type: ignore[attr-defined]
+            kernel.swap_block(result, draws, start, n)
             start += draws.shape[0]
         return result
     result = numpy.empty(n, dtype=kind)
     start = 0
     for draws in _blocks(generator, 2 * n):  # _BLOCK is even: pairs never straddle blocks
-        kernel.inside_out_block(result, draws, start)  # type: ignore[attr-defined]
+        kernel.inside_out_block(result, draws, start)
         start += draws.shape[0] // 2
     return result
 

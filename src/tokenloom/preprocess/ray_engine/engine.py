@@ -26,7 +26,6 @@ import time
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
-from tokenloom._progress import progress
 from tokenloom.errors import ConfigError, PreprocessError, TokenloomError
 from tokenloom.format import optimal_dtype
 from tokenloom.preprocess.inputs import expand_inputs
@@ -37,6 +36,7 @@ from tokenloom.preprocess.ray_engine.plan import Shard, plan_shards
 from tokenloom.preprocess.ray_engine.report import LiveProgress, RaySummary, inflight_tokens
 from tokenloom.preprocess.ray_engine.shard_task import ShardJob, run_shard
 from tokenloom.preprocess.summary import OutputStats
+from tokenloom.progress import progress
 
 DEFAULT_SHARD_BYTES = 256 << 20
 _SHARD_NAME = re.compile(r"^shard-\d{5}-of-(\d{5})[._]")

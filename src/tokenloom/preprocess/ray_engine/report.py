@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from tokenloom._progress import progress
 from tokenloom.preprocess.records import skipped_labels
 from tokenloom.preprocess.summary import OutputStats
+from tokenloom.progress import progress
 
 _SHARD_ROWS = 16  # shards listed one by one in the report; the rest are summarised
 

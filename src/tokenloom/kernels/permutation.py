@@ -1,4 +1,10 @@
-"""numba twins of :mod:`tokenloom.training.permutation`'s readable loops (same results)."""
+"""numba kernels of torch's CPU ``randperm``: the two Fisher-Yates variants, a block of
+MT19937 draws at a time.
+
+Readable twin: :func:`tokenloom.training.permutation.reference_randperm` (one draw at a
+time); :func:`tokenloom.training.permutation.randperm` calls these through
+``KERNELS.get("permutation")`` and gives the same permutation.
+"""
 
 from __future__ import annotations
 
