@@ -36,7 +36,7 @@ from typing import Any, Optional, Union
 import numpy
 
 from tokenloom import storage
-from tokenloom._rank_agreement import check_ranks_agree, sample_fingerprint
+from tokenloom.builder.agreement import check_ranks_agree, sample_fingerprint
 from tokenloom.builder.startup import Startup, accepts_start_keywords
 from tokenloom.cache import EntryPacker, IndexCache
 from tokenloom.datasets.blended import BlendedDataset

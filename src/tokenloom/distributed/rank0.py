@@ -36,7 +36,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, TypeVar
 
-from tokenloom._bounded_gather import bounded_all_gather
+from tokenloom.distributed.gather import bounded_all_gather
 from tokenloom.errors import CacheError, DistributedError, TokenloomError
 
 logger = logging.getLogger(__name__)

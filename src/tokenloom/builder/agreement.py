@@ -18,7 +18,7 @@ import dataclasses
 import enum
 from typing import Any, List, Optional, Sequence, Tuple
 
-from tokenloom.distributed import Communicator, get_communicator
+from tokenloom.distributed.rank0 import Communicator, get_communicator
 from tokenloom.errors import DistributedError
 
 NODE_LOCAL_FIELDS = frozenset({
