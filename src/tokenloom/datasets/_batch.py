@@ -1,22 +1,34 @@
-"""``GPTDataset.get_batch``: many samples into preallocated ``[B, seq]`` arrays.
+"""``get_batch``: many samples into preallocated ``[B, seq]`` arrays, one pass.
 
-The numba kernel (``tokenloom.kernels.batch.fill_batch``) runs when the kernels are
-available (:mod:`tokenloom.kernels`) and the dataset's tokens are mmapped; otherwise
-:func:`reference_get_batch` stacks ``dataset[i]`` row by row (the specification).
+:func:`fill_rows` writes sample ``positions[i]`` of one dataset into row ``dest[i]`` of
+the output: ``GPTDataset.get_batch`` calls it once with ``dest = 0 .. B-1``, and
+``BlendedDataset.get_batch`` once per contributing dataset with that dataset's rows, so
+no sub-batch is allocated or scattered. The numba kernel
+(``tokenloom.kernels.batch.fill_batch``) runs when the kernels are available
+(:mod:`tokenloom.kernels`) and the dataset's tokens are mmapped; otherwise
+:func:`reference_rows` copies ``dataset[i]`` row by row (the readable specification,
+which the property tests compare the kernel against).
+
+Everything the kernel needs from a ``GPTDataset`` (read-only index views, the token
+arrays, the int64 ``params``) is gathered once per set of index arrays into a
+:class:`BatchInputs` (``GPTDataset.batch_inputs()``), so a call costs one validation of
+the indices, one kernel call per dataset and nothing else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Optional
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional
 
 import numpy
 
-from tokenloom.errors import ConfigError
+from tokenloom.datasets._sample import SampleMaker, TokenSource, kernel_params
+from tokenloom.errors import ConfigError, SampleIndexError
 from tokenloom.index.validate import sample_rows
 from tokenloom.kernels import KERNELS, read_only
 
-__all__ = ["BATCH_FIELDS", "allocate_batch", "get_batch", "reference_get_batch"]
+__all__ = ["BATCH_FIELDS", "BatchInputs", "allocate_batch", "check_out", "fill_rows",
+           "get_batch", "reference_get_batch", "reference_rows"]
 
 BATCH_FIELDS = {
     "tokens": numpy.int64,
@@ -25,13 +37,16 @@ BATCH_FIELDS = {
     "position_ids": numpy.int64,
 }
 
+
 def allocate_batch(batch_size: int, sequence_length: int) -> dict[str, numpy.ndarray]:
     """Empty ``[batch_size, sequence_length]`` arrays for every batch field."""
     return {name: numpy.empty((batch_size, sequence_length), dtype=dtype)
             for name, dtype in BATCH_FIELDS.items()}
 
 
-def _check_out(out: Mapping[str, numpy.ndarray], shape: tuple) -> dict[str, numpy.ndarray]:
+def check_out(out: Mapping[str, numpy.ndarray], shape: tuple[int, int]) -> dict[str, numpy.ndarray]:
+    """The four arrays of ``out`` after checking their dtype, shape and writability
+    (ConfigError naming the field otherwise)."""
     checked = {}
     for name, dtype in BATCH_FIELDS.items():
         array = out.get(name) if isinstance(out, Mapping) else None
@@ -44,7 +59,84 @@ def _check_out(out: Mapping[str, numpy.ndarray], shape: tuple) -> dict[str, nump
     return checked
 
 
-def reference_get_batch(dataset, indices: Sequence[Optional[int]],
+class BatchInputs:
+    """The kernel arguments of one GPTDataset over one set of index arrays (checked
+    against the documents on construction).
+
+    ``kernel_args`` is ``(tokens, pointers, lengths, document_index, sample_index,
+    shuffle_index)`` (read-only views), or None when the kernel cannot serve this
+    dataset (tokens not mmapped, or an EOD/pad id that is no int64); ``params`` is the
+    kernel's int64 parameter array; ``bound`` the index container they were made from.
+    """
+
+    def __init__(self, source: TokenSource, maker: SampleMaker,
+                 arrays: Mapping[str, numpy.ndarray], count: int) -> None:
+        document_index, sample_index, shuffle_index = (
+            arrays["document_index"], arrays["sample_index"], arrays["shuffle_index"])
+        maker.check_indices(source, document_index, sample_index, shuffle_index, count)
+        self.source = source
+        self.bound: object = arrays
+        self.count = count
+        self.kernel_args: Optional[tuple[numpy.ndarray, ...]] = None
+        self.params = numpy.zeros(7, dtype=numpy.int64)
+        if source.tokens is None:
+            return
+        try:
+            self.params = kernel_params(maker, source)
+        except (TypeError, OverflowError, ValueError):  # e.g. a tokenizer without EOD
+            return
+        self.kernel_args = (source.tokens, source.pointers, source.lengths,
+                            read_only(document_index), read_only(sample_index),
+                            read_only(shuffle_index))
+
+
+def reference_rows(dataset: Any, positions: numpy.ndarray, dest: numpy.ndarray,
+                   out: Mapping[str, numpy.ndarray]) -> None:
+    """Row ``dest[i]`` of ``out`` <- ``dataset[positions[i]]`` (``-1``: ``dataset[None]``,
+    a padding sample): the readable specification of :func:`fill_rows`."""
+    count, batch = len(dataset), out["tokens"].shape[0]
+    for position, row in zip(positions.tolist(), dest.tolist()):
+        if not -1 <= position < count or not 0 <= row < batch:
+            raise _out_of_range(dataset, position, row, batch, count)
+        sample = dataset[None if position < 0 else position]
+        for name in BATCH_FIELDS:
+            out[name][row] = sample[name]
+
+
+def fill_rows(dataset: Any, positions: numpy.ndarray, dest: numpy.ndarray,
+              out: Mapping[str, numpy.ndarray]) -> None:
+    """Row ``dest[i]`` of ``out`` <- sample ``positions[i]`` of ``dataset`` (int64, in
+    ``[0, len(dataset))``, or ``-1`` for a padding sample), by the kernel when it can
+    serve ``dataset`` (one that has ``batch_inputs()``), else by :func:`reference_rows`.
+
+    Raises SampleIndexError for a position past the dataset, FormatError for a document
+    outside its ``.bin``."""
+    make_inputs: Optional[Callable[[], BatchInputs]] = getattr(dataset, "batch_inputs", None)
+    module = KERNELS.get("batch") if make_inputs is not None and len(positions) else None
+    inputs = make_inputs() if module is not None and make_inputs is not None else None
+    if module is None or inputs is None or inputs.kernel_args is None:
+        reference_rows(dataset, positions, dest, out)
+        return
+    status = int(module.fill_batch(*inputs.kernel_args, positions, dest, inputs.params,
+                                   out["tokens"], out["labels"], out["loss_mask"],
+                                   out["position_ids"]))
+    if status < 0:
+        raise inputs.source.bad_document(-1 - status)
+    if status > 0:
+        i = status - 1
+        raise _out_of_range(dataset, int(positions[i]), int(dest[i]), out["tokens"].shape[0],
+                            inputs.count)
+
+
+def _out_of_range(dataset: Any, position: int, row: int, batch: int,
+                  count: int) -> SampleIndexError:
+    return SampleIndexError(
+        f"sample index {position} out of range for {count} samples of this "
+        f"{type(dataset).__name__} (get_batch output row {row} of {batch}; -1 is a padding "
+        f"sample); the blend's indices do not belong to this dataset")
+
+
+def reference_get_batch(dataset: Any, indices: Sequence[Optional[int]],
                         out: dict[str, numpy.ndarray]) -> dict[str, numpy.ndarray]:
     """Fill ``out`` row by row from ``dataset[i]`` (readable, slow)."""
     for b, index in enumerate(indices):
@@ -54,25 +146,12 @@ def reference_get_batch(dataset, indices: Sequence[Optional[int]],
     return out
 
 
-def get_batch(dataset, indices: Sequence[Optional[int]],
+def get_batch(dataset: Any, indices: Sequence[Optional[int]],
               out: Optional[Mapping[str, numpy.ndarray]] = None) -> dict[str, numpy.ndarray]:
     """See ``GPTDataset.get_batch``."""
     indices = list(indices)
     shape = (len(indices), dataset.config.sequence_length)
-    out = allocate_batch(*shape) if out is None else _check_out(out, shape)
+    arrays = allocate_batch(*shape) if out is None else check_out(out, shape)
     rows = sample_rows(indices, len(dataset))
-    source, maker = dataset._sampler()
-    maker.check_indices(source, dataset.document_index, dataset.sample_index,
-                        dataset.shuffle_index, len(dataset))
-    module = KERNELS.get("batch")
-    if module is None or source.tokens is None or not len(indices):
-        return reference_get_batch(dataset, [None if r < 0 else int(r) for r in rows], out)
-    bad = module.fill_batch(source.tokens, source.pointers, source.itemsize, source.lengths,
-           read_only(dataset.document_index), read_only(dataset.sample_index),
-           read_only(dataset.shuffle_index), rows,
-           maker.extra, maker.pad, maker.eod, maker.pad_in_data, bool(dataset.config.reset_position_ids),
-           bool(dataset.config.eod_mask_loss), out["tokens"], out["labels"], out["loss_mask"],
-           out["position_ids"])
-    if bad < 0:
-        raise source.bad_document(-1 - int(bad))
-    return out
+    fill_rows(dataset, rows, numpy.arange(len(rows), dtype=numpy.int64), arrays)
+    return arrays

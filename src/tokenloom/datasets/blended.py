@@ -22,7 +22,6 @@ split).
 from __future__ import annotations
 
 import logging
-import operator
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
@@ -31,12 +30,12 @@ import numpy
 
 from tokenloom.cache import CacheKey, IndexCache
 from tokenloom.cache.indices import CachedIndices
-from tokenloom.datasets._batch import BATCH_FIELDS, allocate_batch
+from tokenloom.datasets._batch import allocate_batch, check_out, fill_rows
 from tokenloom.datasets.megatron_dataset import MegatronDescription
 from tokenloom.datasets.split import Split, normalize
 from tokenloom.errors import ConfigError
 from tokenloom.index import build_blending_indices, build_exhaustive_blending_indices
-from tokenloom.index.validate import check_blended_indices
+from tokenloom.index.validate import check_blended_indices, sample_position, sample_rows
 
 # Not a torch.utils.data.Dataset subclass on purpose: a map-style dataset only
 # needs __len__/__getitem__ for DataLoader, and the core (numpy only) must not import
@@ -235,14 +234,9 @@ class BlendedDataset(MegatronDescription):
 
     # -- samples ---------------------------------------------------------------------
     def _position(self, idx: Any) -> int:
-        try:
-            k = operator.index(idx)  # int() would turn 1.7 or "1" into a sample silently
-        except TypeError:
-            raise TypeError(f"sample index must be an integer, got {idx!r}") from None
-        count = len(self)
-        if not -count <= k < count:
-            raise IndexError(f"sample index {idx} out of range for {count} blended samples")
-        return k + count if k < 0 else k
+        if idx is None:  # int() would turn 1.7 or "1" into a sample silently
+            raise TypeError("sample index must be an integer, got None")
+        return sample_position(idx, len(self), "blended samples")
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
         """``{"dataset_id": ..., **datasets[dataset_id][dataset_sample_id]}``."""
@@ -251,48 +245,40 @@ class BlendedDataset(MegatronDescription):
         return {"dataset_id": dataset_id,
                 **self.datasets[dataset_id][self.dataset_sample_index[k]]}
 
+    def _sources(self, rows: numpy.ndarray) -> tuple[numpy.ndarray, numpy.ndarray]:
+        """``(dataset ids int16, their sample positions int64)`` of blended positions
+        ``rows`` (``-1``: padding, dataset 0 position ``-1``)."""
+        padding = rows < 0
+        if not len(self):  # only padding samples can be asked of an empty blend
+            return numpy.zeros(len(rows), dtype=numpy.int16), rows.copy()
+        safe = numpy.maximum(rows, 0)
+        ids = numpy.asarray(self.dataset_index[safe], dtype=numpy.int16)
+        positions = numpy.asarray(self.dataset_sample_index[safe], dtype=numpy.int64)
+        if padding.any():
+            ids[padding], positions[padding] = 0, -1
+        return ids, positions
+
     def get_batch(self, indices: Sequence[Optional[int]],
                   out: Optional[Mapping[str, numpy.ndarray]] = None) -> dict[str, numpy.ndarray]:
         """``[B, seq]`` arrays for many blended samples, plus ``dataset_id`` ``[B]`` (int16).
 
-        Each contributing dataset fills its own rows with its ``get_batch`` (row by row
-        from ``dataset[i]`` when it has none).  ``None`` entries are padding samples
-        (``datasets[0][None]``, zero loss mask, ``dataset_id`` 0).
+        Same values as stacking ``self[i]``. ``None`` entries are padding samples
+        (``datasets[0][None]``: zero loss mask, ``dataset_id`` 0); negative indices count
+        from the end; others out of range raise
+        :class:`~tokenloom.errors.SampleIndexError`. Each contributing dataset writes its
+        rows straight into ``out`` (preallocated arrays, optional) in one pass
+        (:func:`tokenloom.datasets._batch.fill_rows`).
         """
         indices = list(indices)
-        padding = numpy.array([i is None for i in indices], dtype=bool)
-        rows = numpy.array([0 if i is None else self._position(i) for i in indices], numpy.int64)
-        ids = numpy.where(padding, 0, self.dataset_index[rows]).astype(numpy.int16)
-        samples = self.dataset_sample_index[rows]
-        out = _batch_arrays(len(indices), self.config.sequence_length, out)
-        for j in numpy.unique(ids).tolist():
-            where = numpy.flatnonzero(ids == j)
-            wanted = [None if padding[b] else int(samples[b]) for b in where]
-            part = _sub_batch(self.datasets[j], wanted)
-            for name, array in out.items():
-                array[where] = part[name]
-        return {**out, "dataset_id": ids}
-
-
-def _batch_arrays(batch: int, seq: int,
-                  out: Optional[Mapping[str, numpy.ndarray]]) -> dict[str, numpy.ndarray]:
-    if out is None:
-        return allocate_batch(batch, seq)
-    checked = {}
-    for name, dtype in BATCH_FIELDS.items():
-        array = out.get(name) if isinstance(out, Mapping) else None
-        if not isinstance(array, numpy.ndarray) or array.shape != (batch, seq) \
-                or array.dtype != dtype or not array.flags.writeable:
-            raise ConfigError(f"get_batch out[{name!r}] must be a writable {numpy.dtype(dtype)} "
-                              f"array of shape {(batch, seq)}")
-        checked[name] = array
-    return checked
-
-
-def _sub_batch(dataset: Any, wanted: list[Optional[int]]) -> dict[str, numpy.ndarray]:
-    """A contributing dataset's rows, by its ``get_batch`` or sample by sample."""
-    if hasattr(dataset, "get_batch"):
-        return dataset.get_batch(wanted)
-
-    samples = [dataset[i] for i in wanted]
-    return {name: numpy.stack([numpy.asarray(s[name]) for s in samples]) for name in BATCH_FIELDS}
+        rows = sample_rows(indices, len(self), "blended samples")
+        shape = (len(indices), self.config.sequence_length)
+        arrays = allocate_batch(*shape) if out is None else check_out(out, shape)
+        ids, positions = self._sources(rows)
+        groups = sorted(set(ids.tolist()))
+        if len(groups) == 1:  # one contributing dataset: no row map to build
+            fill_rows(self.datasets[groups[0]], positions,
+                      numpy.arange(len(indices), dtype=numpy.int64), arrays)
+        for j in groups if len(groups) > 1 else ():
+            dest = numpy.flatnonzero(ids == j)
+            fill_rows(self.datasets[j], positions[dest], dest, arrays)
+        return {**arrays, "dataset_id": ids}

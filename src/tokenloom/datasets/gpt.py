@@ -43,6 +43,17 @@ __all__ = ["GPTDataset", "INDEX_NAMES", "WarmStart"]
 logger = logging.getLogger(__name__)
 
 INDEX_NAMES = ("document_index", "sample_index", "shuffle_index")
+
+
+def _check_sample_count(arrays: Mapping[str, numpy.ndarray], where: str) -> None:
+    """O(1) when a cache entry is loaded: every sample of ``sample_index`` is shuffled
+    once, so ``len(dataset)`` is right before any fetch checks the values (a crafted
+    entry with a short ``shuffle_index`` would otherwise serve fewer samples)."""
+    rows, shuffle = arrays["sample_index"], arrays["shuffle_index"]
+    count = shuffle.shape[0] if shuffle.ndim else -1
+    if rows.ndim == 0 or max(rows.shape[0], 1) != count + 1:
+        raise CacheError(f"{where}: shuffle_index holds {count} samples but sample_index has "
+                         f"shape {rows.shape}; delete the index cache (it is rebuilt)")
 _PAIRS = (IndexedDataset, LazyIndexedDataset)  # know their sequence count and file identity
 
 
@@ -212,7 +223,8 @@ class GPTDataset(MegatronDataset):
             self.cache, self.cache_key = cache, key
         indices = CachedIndices(INDEX_NAMES, cache, key, self._build, self._where,
                                 checks=checks, verify=verify,
-                                can_build=self.build_if_missing and self.indices is not None)
+                                can_build=self.build_if_missing and self.indices is not None,
+                                validate=_check_sample_count)
         known = None if warm_start is None or key is None else warm_start.known_length(key)
         if cache is not None and key is not None and self.config.defer_npy_index_mmap \
                 and cache.exists(key, INDEX_NAMES):

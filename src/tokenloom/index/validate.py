@@ -109,8 +109,8 @@ def check_gpt_indices(document_index: Any, sample_index: Any, shuffle_index: Any
     samples = _int_array(where, "sample_index", sample_index, 2)
     shuffle = _int_array(where, "shuffle_index", shuffle_index, 1)
     lengths = numpy.asarray(sequence_lengths)
-    if shuffle.shape[0] != num_samples or (num_samples and samples.shape[0] != num_samples + 1):
-        # every row of sample_index is shuffled exactly once (megatron-core's invariant)
+    if shuffle.shape[0] != num_samples or max(samples.shape[0], 1) != num_samples + 1:
+        # every sample of sample_index is shuffled exactly once (megatron-core's invariant)
         raise CacheError(f"{where}: shuffle_index holds {shuffle.shape[0]} samples and "
                          f"sample_index {samples.shape[0]} rows, but the dataset has "
                          f"{num_samples} samples: delete the index cache (it is rebuilt)")

@@ -1,4 +1,4 @@
-"""numba kernels of ``GPTDataset.get_batch`` and of ``dataset[i]``'s fast path
+"""numba kernels of ``get_batch`` (GPT and blended datasets) and of ``dataset[i]``'s fast path
 (``fill_sample``); imported only when numba is installed.
 
 Per sample, a first pass checks every document's pointer and prefetches each cache
@@ -199,15 +199,23 @@ def fill_sample(tokens: numpy.ndarray, pointers: numpy.ndarray, lengths: numpy.n
 
 
 @njit(cache=True, nogil=True)
-def fill_batch(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray,
-               shuffle_index: numpy.ndarray, rows: numpy.ndarray, extra: int, pad: int, eod: int, pad_in_data: bool, reset_position_ids: bool,
-               eod_mask_loss: bool, out_tokens: numpy.ndarray, out_labels: numpy.ndarray, out_loss: numpy.ndarray, out_positions: numpy.ndarray) -> Any:
-    """Fill row ``b`` of every ``out_*`` with sample ``rows[b]`` (-1: padding sample).
+def fill_batch(tokens: numpy.ndarray, pointers: numpy.ndarray, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray,
+               shuffle_index: numpy.ndarray, rows: numpy.ndarray, dest: numpy.ndarray, params: numpy.ndarray, out_tokens: numpy.ndarray,
+               out_labels: numpy.ndarray, out_loss: numpy.ndarray, out_positions: numpy.ndarray) -> Any:
+    """Fill row ``dest[i]`` of every ``out_*`` with sample ``rows[i]`` (-1: padding
+    sample), in one pass: a blend writes each contributing dataset's rows straight into
+    the shared output. ``params`` is ``fill_sample``'s int64 array.
 
-    Returns 0, or ``-1 - doc`` as soon as document ``doc`` lies outside the ``.bin``."""
-    seq = out_tokens.shape[1]
-    for b in range(rows.shape[0]):
-        k = rows[b]
+    Returns 0; ``-1 - doc`` as soon as document ``doc`` lies outside the ``.bin``; or
+    ``1 + i`` when ``rows[i]`` is below -1 or past the shuffle index, or ``dest[i]`` is
+    outside ``out_*`` (rows written before stay written)."""
+    seq, count = out_tokens.shape[1], shuffle_index.shape[0]
+    itemsize, extra, pad, eod = params[0], params[1], params[2], params[3]
+    pad_in_data, reset_position_ids, eod_mask_loss = params[4] != 0, params[5] != 0, params[6] != 0
+    for i in range(rows.shape[0]):
+        k, b = rows[i], dest[i]
+        if k < -1 or k >= count or b < 0 or b >= out_tokens.shape[0]:
+            return numpy.int64(1 + i)
         padding_sample = k < 0
         if padding_sample:
             k = 0
