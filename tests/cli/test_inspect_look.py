@@ -9,7 +9,7 @@ import shutil
 import numpy
 import pytest
 from tests.provenance.provenance_helpers import hf_prefix, spm_prefix  # noqa: F401
-from tests.tokenizer_models import hf_path, real_texts, sentencepiece_path  # noqa: F401
+from tests.support.tokenizer_models import hf_path, real_texts, sentencepiece_path  # noqa: F401
 
 from tokenloom.cli.main import main
 from tokenloom.format import IndexedDatasetBuilder

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy
 import pytest
-from tests.conftest import golden_cases
+from tests.support.golden import golden_cases
 
 from tokenloom.cli.main import main
 from tokenloom.format import IndexedDataset, IndexedDatasetBuilder

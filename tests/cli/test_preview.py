@@ -8,7 +8,7 @@ import re
 
 import numpy
 from tests.provenance.provenance_helpers import build
-from tests.tokenizer_models import hf_path, real_texts  # noqa: F401
+from tests.support.tokenizer_models import hf_path, real_texts  # noqa: F401
 
 from tokenloom.cli.main import main
 from tokenloom.cli.preview import sample_segments

@@ -6,8 +6,8 @@ import pickle
 
 import numpy
 import pytest
-from tests.cache_files import array_extent, header
-from tests.random_corpora import EOD, write_corpus
+from tests.support.cache_files import array_extent, header
+from tests.support.random_corpora import EOD, write_corpus
 
 from tokenloom.cache import IndexCache
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer, Split

@@ -12,7 +12,7 @@ import numpy
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.datasets._helpers import write_corpus
+from tests.support.dataset_files import write_corpus
 
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, Split
 from tokenloom.datasets._batch import BATCH_FIELDS, allocate_batch, fill_rows, reference_rows

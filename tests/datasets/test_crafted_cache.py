@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy
 import pytest
-from tests.datasets._helpers import small_config, split_indices, write_corpus
+from tests.support.dataset_files import small_config, split_indices, write_corpus
 
 from tokenloom.datasets import GPTDataset, Split
 
@@ -49,7 +49,7 @@ CASES = ["document id past the end", "negative document id", "offset past the do
 CHILD = textwrap.dedent("""
     import sys
     sys.path[:0] = [{root!r}]
-    from tests.datasets._helpers import small_config, split_indices
+    from tests.support.dataset_files import small_config, split_indices
     from tokenloom.datasets import GPTDataset, Split
     from tokenloom.errors import CacheError
     config = small_config({corpus!r}, {cache!r}, create_attention_mask=False)

@@ -10,7 +10,7 @@ import numpy
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.datasets._helpers import (
+from tests.support.dataset_files import (
     GOLDEN_DIR,
     golden_case,
     golden_config,

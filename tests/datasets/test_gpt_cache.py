@@ -8,8 +8,8 @@ import time
 
 import numpy
 import pytest
-from tests.cache_files import array_extent
-from tests.datasets._helpers import small_config, split_indices, write_corpus
+from tests.support.cache_files import array_extent
+from tests.support.dataset_files import small_config, split_indices, write_corpus
 
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, Split, _gpt_indices
 from tokenloom.errors import CacheError

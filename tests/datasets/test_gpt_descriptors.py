@@ -6,7 +6,7 @@ import os
 
 import numpy
 import pytest
-from tests.datasets._helpers import small_config, split_indices, write_corpus
+from tests.support.dataset_files import small_config, split_indices, write_corpus
 
 from tokenloom.datasets import GPTDataset, Split
 from tokenloom.format._mapping import holds_descriptor

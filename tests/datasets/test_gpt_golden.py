@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy
 import pytest
-from tests.datasets._helpers import (
+from tests.support.dataset_files import (
     GOLDEN_DIR,
     golden_case,
     golden_config,

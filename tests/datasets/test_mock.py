@@ -6,7 +6,7 @@ import os
 
 import numpy
 import pytest
-from tests.datasets._helpers import FLAGS
+from tests.support.dataset_files import FLAGS
 
 from tokenloom.datasets import GPTDatasetConfig, MockGPTDataset, MockGPTLowLevelDataset, Split
 from tokenloom.datasets.split import split_document_range

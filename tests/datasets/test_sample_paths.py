@@ -6,7 +6,7 @@ import numpy
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.datasets._helpers import small_config, split_indices, write_corpus
+from tests.support.dataset_files import small_config, split_indices, write_corpus
 
 from tokenloom.datasets import GPTDataset, Split
 from tokenloom.datasets._sample import TokenSource, fast_fetch, general_fetch

@@ -9,7 +9,7 @@ import time
 
 import numpy
 import pytest
-from tests.datasets._helpers import small_config, split_indices, write_corpus
+from tests.support.dataset_files import small_config, split_indices, write_corpus
 
 from tokenloom.datasets import GPTDataset, Split
 from tokenloom.kernels import KERNELS, KernelLoader

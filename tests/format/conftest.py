@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tests.format._helpers import random_documents, write_dataset
+from tests.support.format_files import random_documents, write_dataset
 
 
 @pytest.fixture

@@ -74,7 +74,7 @@ def test_a_read_only_install_caches_in_the_user_wide_folder(tmp_path):
 WORKLOAD = textwrap.dedent("""
     import sys, tempfile, numpy
     sys.path.insert(0, {root!r})
-    from tests.datasets._helpers import small_config, split_indices, write_corpus
+    from tests.support.dataset_files import small_config, split_indices, write_corpus
     from tokenloom.datasets import GPTDataset, Split
     import tokenloom.index as index
     folder = tempfile.mkdtemp()

@@ -25,7 +25,7 @@ from megatron.core.datasets.data_schedule import (  # noqa: E402
 )
 from tests.packing import _cases as cases  # noqa: E402
 from tests.packing._worker import make_groups  # noqa: E402
-from tests.test_distributed_harness import init_worker, write_result  # noqa: E402
+from tests.support.distributed_harness import init_worker, write_result  # noqa: E402
 
 from tokenloom.packing import HybridCPDataLoaderWrapper, rank_coordinates  # noqa: E402
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any, Optional
 
 from tests.packing import _cases as cases
-from tests.test_distributed_harness import init_worker, write_result
+from tests.support.distributed_harness import init_worker, write_result
 
 from tokenloom.errors import TokenloomError
 from tokenloom.packing import (

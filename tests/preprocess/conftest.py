@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tests.tokenizer_models import hf_path, real_texts, sentencepiece_path, tiktoken_path  # noqa: F401
+from tests.support.tokenizer_models import hf_path, real_texts, sentencepiece_path, tiktoken_path  # noqa: F401
 
 
 @pytest.fixture(scope="session")

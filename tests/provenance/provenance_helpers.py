@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.tokenizer_models import hf_path, real_texts, sentencepiece_path  # noqa: F401
+from tests.support.tokenizer_models import hf_path, real_texts, sentencepiece_path  # noqa: F401
 
 from tokenloom.preprocess import preprocess
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from tests.ray.ray_helpers import RAY_ENV
-from tests.tokenizer_models import hf_path, real_texts  # noqa: F401
+from tests.support.tokenizer_models import hf_path, real_texts  # noqa: F401
 
 from tokenloom.preprocess.ray_engine.processes import ray_descendants, stop_processes
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
-from tests import test_distributed_harness as harness
+from tests.support import distributed_harness as harness
 from tests.training._data import IndexDataset, seen
 from tests.training._golden import GOLDEN
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests import test_distributed_harness as harness
+from tests.support import distributed_harness as harness
 from tests.training._golden import samplers
 
 SCRIPT = str(Path(__file__).with_name("_dist_worker.py"))

@@ -8,7 +8,7 @@ import pickle
 
 import numpy
 import pytest
-from tests.format._helpers import random_documents, write_dataset
+from tests.support.format_files import random_documents, write_dataset
 
 from tokenloom.format import IndexedDataset
 from tokenloom.format._mapping import holds_descriptor, map_array

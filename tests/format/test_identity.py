@@ -9,7 +9,7 @@ import struct
 
 import numpy
 import pytest
-from tests.random_corpora import EOD
+from tests.support.random_corpora import EOD
 
 from tokenloom.builder import BlendedMegatronDatasetBuilder
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer
@@ -52,9 +52,14 @@ def test_any_single_byte_of_a_large_file_changes_the_digest():
 def _edit_middle_keeping_size_and_mtime(prefix: str, count: int) -> None:
     path = prefix + ".idx"
     stat = os.stat(path)
-    with open(path, "r+b") as handle:  # the length of the middle sequence: 9 -> 8 tokens
-        handle.seek(34 + 4 * (count // 2))
-        handle.write(struct.pack("<i", 8))
+    middle = count // 2  # move one token from sequence middle + 1 to sequence middle:
+    with open(path, "r+b") as handle:  # lengths 9, 9 -> 10, 8 and the pointer of
+        handle.seek(34 + 4 * middle)  # middle + 1 moved by one uint16, so the .idx stays
+        handle.write(struct.pack("<ii", 10, 8))  # valid (the open checks pass) and only
+        handle.seek(34 + 4 * count + 8 * (middle + 1))  # its identity can see the change
+        (pointer,) = struct.unpack("<q", handle.read(8))
+        handle.seek(-8, os.SEEK_CUR)
+        handle.write(struct.pack("<q", pointer + 2))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert os.stat(path).st_size == stat.st_size and os.stat(path).st_mtime_ns == stat.st_mtime_ns
 

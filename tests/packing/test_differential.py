@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests import test_distributed_harness as harness
+from tests.support import distributed_harness as harness
 from tests.packing import _megatron_shims
 
 from tokenloom.errors import TokenloomError

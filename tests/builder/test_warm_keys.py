@@ -9,11 +9,13 @@ import pickle
 from collections import OrderedDict
 
 import pytest
-from tests.test_builder_startup_memo import build, corpora, no_racy_window  # noqa: F401
+from tests.support.startup_blend import build
 
 from tokenloom.builder import memo as startup_memo
 from tokenloom.cache import CacheKey, describe, file_identity, json_scalar
 from tokenloom.format import IndexedDataset, LazyIndexedDataset
+
+pytestmark = pytest.mark.usefixtures("no_racy_window")
 
 
 class PlainTokenizer:
@@ -98,7 +100,7 @@ def test_json_scalar_is_describe(value):
 
 
 def test_valid_split_keys_follow_drop_last_partial_validation_sequence(corpora, tmp_path):  # noqa: F811
-    from tests.test_builder import EOD
+    from tests.support.random_corpora import EOD
 
     from tokenloom.builder import BlendedMegatronDatasetBuilder
     from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests import test_distributed_harness as harness
+from tests.support import distributed_harness as harness
 from tests.packing import _cases as cases
 
 from tokenloom.packing import layout_groups, rank_coordinates, thd_partitioned_indices

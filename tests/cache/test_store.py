@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 import numpy
 import pytest
-from tests.cache_files import flip_byte_of, header, rewrite_header
+from tests.support.cache_files import flip_byte_of, header, rewrite_header
 
 from tokenloom import cache as cache_module
 from tokenloom.cache import (

@@ -6,7 +6,7 @@ import pickle
 
 import numpy
 import pytest
-from tests.format._helpers import random_documents, write_dataset
+from tests.support.format_files import random_documents, write_dataset
 
 from tokenloom.errors import FormatError
 from tokenloom.format import IndexedDataset, get_bin_path, get_idx_path

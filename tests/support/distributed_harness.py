@@ -17,12 +17,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Optional
 
 import pytest
 
-ROOT = str(Path(__file__).resolve().parents[1])
+ROOT = str(Path(__file__).resolve().parents[2])
 SRC = str(Path(ROOT) / "src")
 
 
@@ -35,7 +36,7 @@ def launch(
     local_ranks: Optional[Sequence[int]] = None,
     local_world_sizes: Optional[Sequence[int]] = None,
     timeout: float = 120.0,
-) -> List[dict]:
+) -> list[dict]:
     """Run ``scenario`` of ``script`` on ``world_size`` gloo ranks; return each rank's result."""
     pytest.importorskip("torch.distributed", reason="torch is needed for gloo process groups")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -104,7 +105,7 @@ def init_worker():
     return rank, world_size
 
 
-def write_result(out_dir: str, rank: int, result: Dict) -> None:
+def write_result(out_dir: str, rank: int, result: dict) -> None:
     """Store this rank's result for :func:`launch` (atomically)."""
     path = Path(out_dir) / f"rank{rank}.json"
     tmp = path.with_suffix(".tmp")
@@ -112,7 +113,7 @@ def write_result(out_dir: str, rank: int, result: Dict) -> None:
     os.replace(tmp, path)
 
 
-def outcome(fn) -> Dict:
+def outcome(fn) -> dict:
     """Run ``fn``; describe its value or the error it raised (for cross-rank assertions)."""
     try:
         return {"ok": True, "value": fn()}

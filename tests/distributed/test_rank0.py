@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support import distributed_harness as harness
 
-from tests import test_distributed_harness as harness
 from tokenloom.distributed import Communicator, build_on_rank0_then_load, get_communicator
 from tokenloom.errors import CacheError, DistributedError
 

@@ -6,7 +6,7 @@ import os
 
 import numpy
 import pytest
-from tests.format._helpers import write_dataset
+from tests.support.format_files import write_dataset
 
 from tokenloom.errors import ConfigError, FormatError
 from tokenloom.format import (

@@ -6,7 +6,7 @@ import json
 
 import numpy
 import pytest
-from tests.random_corpora import EOD, write_corpus
+from tests.support.random_corpora import EOD, write_corpus
 
 from tokenloom.builder import BlendedMegatronDatasetBuilder, get_size_per_split_per_dataset
 from tokenloom.cli.main import main as cli_main

@@ -6,7 +6,7 @@ import json
 
 import numpy
 import pytest
-from tests.conftest import golden_cases
+from tests.support.golden import golden_cases
 
 from tokenloom.format import IndexedDataset, IndexedDatasetBuilder, read_index_header
 

@@ -10,35 +10,15 @@ import pickle
 
 import numpy
 import pytest
-from tests.test_builder import EOD, write_corpus
+from tests.support.random_corpora import write_corpus
+from tests.support.startup_blend import build
 
-from tokenloom.builder import BlendedMegatronDatasetBuilder
 from tokenloom.builder import memo as startup_memo
-from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer
 from tokenloom.errors import FormatError
 from tokenloom.format import LazyIndexedDataset
 from tokenloom.format.identity import stat_key
 
-
-@pytest.fixture(autouse=True)
-def no_racy_window(monkeypatch):
-    """Corpora written by the test are seconds old; let the memo record them."""
-    monkeypatch.setattr(startup_memo, "RACY_WINDOW_NS", 0)
-
-
-@pytest.fixture
-def corpora(tmp_path):
-    return [write_corpus(tmp_path / f"c{i}", n, seed=20 + i) for i, n in enumerate((60, 40, 30, 20))]
-
-
-def build(corpora, cache, **fields):
-    base = dict(random_seed=3, sequence_length=24, reset_position_ids=False,
-                reset_attention_mask=False, eod_mask_loss=False, split="100,0,0",
-                tokenizer=SimpleTokenizer(32000, EOD), path_to_cache=str(cache),
-                blend=(list(corpora), [4.0, 3.0, 2.0, 1.0]), mid_level_dataset_surplus=0.05)
-    base.update(fields)
-    config = GPTDatasetConfig(**base)
-    return BlendedMegatronDatasetBuilder(GPTDataset, [200, 0, 0], lambda: True, config).build()[0]
+pytestmark = pytest.mark.usefixtures("no_racy_window")
 
 
 def samples(blend, ks=(0, 1, 57, -1)):

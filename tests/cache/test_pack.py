@@ -8,7 +8,7 @@ import os
 
 import numpy
 import pytest
-from tests.random_corpora import EOD, write_corpus
+from tests.support.random_corpora import EOD, write_corpus
 
 from tokenloom.builder import BlendedMegatronDatasetBuilder
 from tokenloom.cache import CacheKey, EntryPacker, IndexCache

@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from tests.format._helpers import random_documents, write_dataset
+from tests.support.format_files import random_documents, write_dataset
 
 SCRIPT = textwrap.dedent(
     """

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests import test_distributed_harness as harness
+from tests.support import distributed_harness as harness
 
 WORLD = 3
 pytestmark = [pytest.mark.distributed]
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.distributed]
 
 # --------------------------------------------------------------------------- worker side
 def _corpora(out: Path):
-    from tests.datasets._helpers import write_corpus
+    from tests.support.dataset_files import write_corpus
 
     prefixes = [str(out / name) for name in ("a", "b")]
     if not all(os.path.exists(f"{p}.idx") for p in prefixes):
@@ -67,7 +67,7 @@ def worker(out_dir: str) -> None:
 # --------------------------------------------------------------------------- tests
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    from tests.datasets._helpers import write_corpus
+    from tests.support.dataset_files import write_corpus
 
     out = tmp_path_factory.mktemp("disagree")
     write_corpus(out / "a", [30, 45, 20, 60, 33] * 4, seed=1)

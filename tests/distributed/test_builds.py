@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy
 import pytest
+from tests.support import distributed_harness as harness
+from tests.support import golden_builds as golden_helpers
+from tests.support.golden import GOLDEN_DIR, golden_cases, requires_golden
 
-from tests import test_builder_golden as golden_helpers
-from tests import test_distributed_harness as harness
-from tests.conftest import GOLDEN_DIR, golden_cases, requires_golden
 from tokenloom.cache import IndexCache
 
 WORLD = 3
