@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from index_strategies import blend_weights, normalise
+from tests.index.index_strategies import blend_weights, normalise
 
 import tokenloom.index as index
 import tokenloom.index.reference as reference

@@ -7,7 +7,7 @@ import numpy
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from index_strategies import blend_weights
+from tests.index.index_strategies import blend_weights
 
 import tokenloom.index as index
 import tokenloom.index.reference as reference
