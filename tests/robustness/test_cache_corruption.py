@@ -18,8 +18,8 @@ from collections import OrderedDict
 import numpy
 import pytest
 
-from tests.cache_files import array_extent, header, rewrite_header
-from tests.datasets._helpers import small_config, write_corpus
+from tests.support.cache_files import array_extent, header, rewrite_header
+from tests.support.dataset_files import small_config, write_corpus
 from tokenloom.cache import CacheKey, IndexCache, file_identity
 from tokenloom.datasets import GPTDataset, Split
 from tokenloom.errors import CacheError

@@ -9,7 +9,7 @@ import sys
 import numpy
 import pytest
 
-from tests.datasets._helpers import write_corpus
+from tests.support.dataset_files import write_corpus
 from tokenloom.cli.main import main
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy
 import pytest
 
-from tests.datasets._helpers import write_corpus
+from tests.support.dataset_files import write_corpus
 from tokenloom.builder import BlendedMegatronDatasetBuilder
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer
 from tokenloom.datasets.split import parse_and_normalize_split

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.datasets._helpers import small_config, write_corpus
-from tests.format._helpers import random_documents, write_dataset
+from tests.support.dataset_files import small_config, write_corpus
+from tests.support.format_files import random_documents, write_dataset
 from tokenloom.cli.main import main
 from tokenloom.datasets import GPTDataset, Split
 from tokenloom.errors import FormatError, TokenloomError

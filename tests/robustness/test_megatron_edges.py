@@ -9,7 +9,7 @@ import sys
 
 import numpy
 import pytest
-from tests.differential import test_differential_megatron as diff
+from tests.differential import test_megatron as diff
 
 from tokenloom.format import IndexedDatasetBuilder
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.tokenizer_models import hf_path, real_texts  # noqa: F401
+from tests.support.tokenizer_models import hf_path, real_texts  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 

@@ -16,11 +16,13 @@ import ctypes
 import mmap
 import os
 import sys
-from typing import Optional, Tuple, Union
+import weakref
+from typing import Optional, Protocol, Tuple, Union
 
 import numpy
 
-__all__ = ["map_readonly", "map_array", "release", "holds_descriptor"]
+__all__ = ["map_readonly", "map_array", "release", "holds_descriptor", "LiveMappings",
+           "LIVE_MAPPINGS"]
 
 Buffer = Union[numpy.ndarray, mmap.mmap]
 
@@ -110,3 +112,54 @@ def map_array(path: str, dtype, shape: Tuple[int, ...], offset: int) -> numpy.nd
 def holds_descriptor() -> bool:
     """Whether mappings made here keep a file descriptor open (only the last fallback)."""
     return not _TRACKFD and _LIBC is None
+
+
+class _Rechecked(Protocol):
+    def recheck_after_fork(self) -> None: ...
+
+
+class LiveMappings:
+    """The readers of memory-mapped files open in this process, re-checked in every
+    child made by ``fork`` (a DataLoader worker): the one process-level registry of
+    this module.
+
+    It holds weak references only, so it is bounded by what is open (a closed or
+    collected reader leaves it) and never keeps a mapping alive; :meth:`readers` lists
+    it and :meth:`clear` empties it (tests). The fork hook takes no lock (a lock held by
+    another thread at fork time would stay held in the child)."""
+
+    def __init__(self) -> None:
+        self._readers: weakref.WeakSet[_Rechecked] = weakref.WeakSet()
+
+    def add(self, reader: _Rechecked) -> None:
+        """Re-check ``reader`` after every fork while it lives (until :meth:`discard`)."""
+        self._readers.add(reader)
+
+    def discard(self, reader: _Rechecked) -> None:
+        """Stop re-checking ``reader`` (it was closed)."""
+        self._readers.discard(reader)
+
+    def readers(self) -> list[_Rechecked]:
+        """The live readers, in no particular order."""
+        return list(self._readers)
+
+    def clear(self) -> None:
+        """Forget every reader."""
+        self._readers.clear()
+
+    def __len__(self) -> int:
+        return len(self._readers)
+
+    def recheck_after_fork(self) -> None:
+        """In a new child: every live reader re-checks its file (cheap: one ``stat``)."""
+        for reader in list(self._readers):
+            try:
+                reader.recheck_after_fork()
+            except Exception:  # noqa: BLE001 - an at-fork hook must never raise
+                pass
+
+
+#: the readers re-checked after ``fork`` (see :class:`LiveMappings`)
+LIVE_MAPPINGS = LiveMappings()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=LIVE_MAPPINGS.recheck_after_fork)

@@ -18,18 +18,27 @@ from typing import Callable, Dict, Optional
 import numpy
 
 from tokenloom.errors import ConfigError, FormatError
-from tokenloom.format._mapping import map_readonly, release
+from tokenloom.format._mapping import LIVE_MAPPINGS, map_readonly, release
 from tokenloom.format.spec import MissingFileError, open_regular_file
 
 logger = logging.getLogger(__name__)
 
 _MAX_OFFSET = (1 << 63) - 1  # beyond this seek() fails with EINVAL (retrying cannot help)
+_GUARDED_TAIL = 1 << 16  # reads ending in the last 64 KiB of a mapping re-check its size
 
 
 class BinReader(ABC):
     """Reads tokens out of one ``.bin`` file by byte offset."""
 
     path: str
+    #: reads that end beyond this byte call :meth:`verify_size` first (only memory maps
+    #: guard their tail; the others never need to)
+    guard_from: int = _MAX_OFFSET
+
+    def verify_size(self) -> None:
+        """FormatError naming the file when reading it further could crash the process
+        (a mapped file that shrank); a no-op for readers that cannot crash."""
+        return None
 
     @abstractmethod
     def read(self, dtype, count: int, offset: int) -> numpy.ndarray:
@@ -72,17 +81,46 @@ class MMapBinReader(BinReader):
 
     def __init__(self, bin_path: str) -> None:
         self.path = bin_path
+        self.failure: Optional[FormatError] = None
         with _open_existing(bin_path) as handle:
-            self._size = os.fstat(handle.fileno()).st_size
+            stat = os.fstat(handle.fileno())
+            self._size, self._file = stat.st_size, (stat.st_dev, stat.st_ino)
             if self._size:
                 self._buffer = map_readonly(handle, self._size)  # no descriptor kept
             else:
                 self._buffer = b""
+        self.guard_from = max(0, self._size - _GUARDED_TAIL)
+        LIVE_MAPPINGS.add(self)
 
     @property
     def size(self) -> int:
         """Size of the file in bytes."""
         return self._size
+
+    def verify_size(self) -> None:
+        """FormatError naming the file when the mapped file shrank (one ``stat``).
+
+        Only the mapped inode matters: a file replaced by rename (tokenloom's publish) or
+        deleted leaves the mapping intact and readable, only one truncated in place does
+        not (reads past its new end would raise SIGBUS and kill the process)."""
+        if self.failure is None and self._size:
+            try:
+                stat = os.stat(self.path)
+            except OSError:
+                return  # gone from its path: the mapped inode lives on, whole
+            if (stat.st_dev, stat.st_ino) == self._file and stat.st_size < self._size:
+                self.failure = _shrunk(self.path, self._size, stat.st_size)
+                self.guard_from = -1  # every later read raises at once
+        if self.failure is not None:
+            raise FormatError(*self.failure.args)  # a fresh one: no traceback piles up
+
+    def recheck_after_fork(self) -> None:
+        """In a new child process: check the size now, and log an error naming the file
+        when it shrank (reads of tokenloom's own paths then raise ``failure``)."""
+        try:
+            self.verify_size()
+        except FormatError as error:
+            logger.error("%s", error)
 
     def read(self, dtype, count: int, offset: int) -> numpy.ndarray:
         """Return a read-only view of ``count`` tokens at byte ``offset``."""
@@ -90,6 +128,8 @@ class MMapBinReader(BinReader):
         if offset < 0 or count < 0 or offset + count * dtype.itemsize > self._size:
             got = max(0, min(self._size - offset, count * dtype.itemsize))
             raise _short_read(self.path, count, offset, dtype.itemsize, got)
+        if offset + count * dtype.itemsize > self.guard_from:
+            self.verify_size()
         return numpy.frombuffer(self._buffer, dtype=dtype, count=count, offset=offset)
 
     def tokens(self, dtype) -> numpy.ndarray:
@@ -101,7 +141,18 @@ class MMapBinReader(BinReader):
         """Drop the mapping; it is unmapped now, or when the last view is collected."""
         buffer, self._buffer = self._buffer, b""
         self._size = 0
+        LIVE_MAPPINGS.discard(self)
         release(buffer)
+
+
+def _shrunk(path: str, mapped: int, now: int) -> FormatError:
+    return FormatError(
+        f"{path}: the data file shrank from {mapped} to {now} bytes while it was "
+        "memory-mapped (another process truncated or rewrote it in place); reading it "
+        "further would crash this process with SIGBUS. Reopen the datasets once the file "
+        "is complete, publish new data under a new prefix or by rename (as tokenloom's "
+        "writers do), or read with mmap_bin_files=False (IndexedDataset(mmap=False)) "
+        "where files may change under a running job")
 
 
 class FileBinReader(BinReader):

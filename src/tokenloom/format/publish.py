@@ -33,7 +33,7 @@ import time
 from typing import Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from tokenloom.atomic import atomic_write_bytes, fsync_dir, fsync_path, temporary_sibling
-from tokenloom.errors import FormatError, PublishTimeoutError
+from tokenloom.errors import FormatError, OutputError, PublishTimeoutError, TokenloomError
 
 LOCK_NAME = ".tokenloom-publish.lock"
 _JOURNAL_SUFFIX = ".publish-journal"
@@ -206,7 +206,10 @@ def publish_pair(prefix: str, moves: Sequence[Tuple[str, str]],
               "moves": [[_relative(folder, tmp), _relative(folder, final)] for tmp, final in moves]}
     with _locked(prefix, True, timeout, create=True):
         _roll_forward(journal)
-        atomic_write_bytes(journal, json.dumps(record).encode("utf-8"))
+        try:  # the commit point; failing here leaves the old set (the caller discards)
+            atomic_write_bytes(journal, json.dumps(record).encode("utf-8"))
+        except OSError as error:
+            raise output_error(journal, error) from None
         _roll_forward(journal)
 
 
@@ -223,13 +226,29 @@ def write_temporaries(prefix: str, extra_files: Mapping[str, bytes]) -> List[Tup
             final = f"{prefix}{suffix}"
             tmp = temporary_sibling(final)
             moves.append((tmp, final))
-            with open(tmp, "wb") as handle:
-                handle.write(bytes(data))
-            fsync_path(tmp)
+            try:
+                with open(tmp, "wb") as handle:
+                    handle.write(bytes(data))
+                fsync_path(tmp)
+            except OSError as error:  # e.g. the disk filled up at the sidecar
+                if isinstance(error, TokenloomError):
+                    raise
+                raise output_error(final, error) from None
     except BaseException:
         discard(moves)
         raise
     return moves
+
+
+def output_error(path: str, error: OSError) -> OutputError:
+    """The OutputError naming ``path`` for a failed write (``errno`` kept, so that callers
+    catching ``OSError`` can still test it)."""
+    hint = " (the disk is full: free space or write elsewhere)" \
+        if error.errno == errno.ENOSPC else ""
+    failure = OutputError(f"{path}: cannot write the output: {error.strerror or error}{hint}; "
+                          "nothing was published")
+    failure.errno = error.errno
+    return failure
 
 
 def discard(moves: Sequence[Tuple[str, str]]) -> None:
@@ -240,4 +259,5 @@ def discard(moves: Sequence[Tuple[str, str]]) -> None:
 
 
 __all__ = ["publish_pair", "recover", "reading", "write_temporaries", "discard", "lock_path",
+           "output_error",
            "journal_path", "default_timeout", "LOCK_NAME"]

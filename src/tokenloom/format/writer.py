@@ -11,7 +11,6 @@ megatron-core's.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from typing import Callable, Mapping, Optional
 
@@ -21,7 +20,7 @@ from tokenloom.atomic import temporary_sibling
 from tokenloom.errors import FormatError, OutputError, TokenloomError
 from tokenloom.format._buffers import GrowableArray, as_numpy, check_fits, to_tokens
 from tokenloom.format.dtypes import normalize_dtype
-from tokenloom.format.publish import discard, publish_pair, write_temporaries
+from tokenloom.format.publish import discard, output_error, publish_pair, write_temporaries
 from tokenloom.format.reader import IndexFile
 from tokenloom.format.spec import (
     MissingFileError,
@@ -36,12 +35,7 @@ _COPY_CHUNK = 16 << 20
 
 
 def _output_error(path: str, error: OSError) -> OutputError:
-    hint = " (the disk is full: free space or write elsewhere)" \
-        if error.errno == errno.ENOSPC else ""
-    failure = OutputError(f"{path}: cannot write the output: {error.strerror or error}{hint}; "
-                          "nothing was published")
-    failure.errno = error.errno  # ``except OSError`` callers can still test it
-    return failure
+    return output_error(path, error)
 
 
 def check_output_path(path: str, what: str) -> None:

@@ -83,7 +83,8 @@ def build_sample_index_vectorized(
     concatenated documents; its row is the first document whose end reaches token
     ``k * sequence_length + extra`` and the offset of that token in it. Only the last
     sample of a kept partial sequence runs out of documents: it ends at the last
-    document's end minus ``extra``. O(samples + documents) memory: for short indices.
+    document's end minus ``extra`` (and so does every sample that megatron-core's float32
+    count adds beyond the exact count, which repeat that end). O(samples + documents) memory: for short indices.
     """
     plan = sample_index_plan(sequence_lengths, document_index, sequence_length, num_epochs,
                              tokens_per_epoch, drop_last_partial_sequence,
@@ -97,12 +98,12 @@ def build_sample_index_vectorized(
     reach = numpy.arange(1, count + 1, dtype=numpy.int64) * plan.sequence_length + plan.extra
     position = numpy.searchsorted(ends, reach, side="left")
     out: numpy.ndarray = numpy.zeros((count + 1, 2), dtype=plan.dtype)
-    if count and position[-1] >= ends.size:  # runs out of documents
-        beyond = int(numpy.argmax(position >= ends.size))
-        if beyond != count - 1:
-            plan.raise_out_of_documents(beyond + 1)
+    if count and position[-1] >= ends.size:  # runs out of documents: the last sample, and
+        # every sample a float32 count adds beyond the exact one (count_samples), ends at
+        # the last document's end, as megatron-core's repeat it
+        beyond = position >= ends.size
         last = ends.size - 1
-        position[-1], reach[-1] = last, ends[last]  # offset: its length - extra, below
+        position[beyond], reach[beyond] = last, ends[last]  # offset: its length - extra
     offset = reach - plan.extra - (ends[position] - lengths[position])
     if count and int(offset.min()) < 0:
         plan.raise_negative_offset()

@@ -51,8 +51,7 @@ def sample_index(sizes: numpy.ndarray, documents: numpy.ndarray, sequence_length
         while length - offset < needed:
             needed -= length - offset
             if position == last:  # out of documents: the sample ends at the very end
-                if k != num_samples:
-                    return OUT_OF_DOCUMENTS, 0
+                # (repeated by every sample of a float32 count above the exact one)
                 offset, needed = length, 0
                 break
             position += 1
