@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tokenloom.datasets import (BlendedMegatronDatasetConfig, GPTDatasetConfig, SimpleTokenizer)
+from tokenloom.datasets import BlendedMegatronDatasetConfig, GPTDatasetConfig, SimpleTokenizer
 from tokenloom.errors import ConfigError
 
 TOK = {"vocab_size": 32000, "eod": 2}
@@ -15,26 +15,57 @@ FLAGS = dict(reset_position_ids=False, reset_attention_mask=False, eod_mask_loss
 
 
 def gpt(**fields):
-    base = dict(random_seed=1, sequence_length=8, blend=(["data/a"], None), split="98,2,0",
-                tokenizer=TOK, **FLAGS)
+    base = dict(
+        random_seed=1,
+        sequence_length=8,
+        blend=(["data/a"], None),
+        split="98,2,0",
+        tokenizer=TOK,
+        **FLAGS,
+    )
     base.update(fields)
     return GPTDatasetConfig(**base)
 
 
 def test_megatron_field_names_and_order():
     base = [f.name for f in dataclasses.fields(BlendedMegatronDatasetConfig)]
-    assert base == ["random_seed", "sequence_length", "blend", "blend_per_split",
-                    "multiple_validation_sets", "full_validation", "split", "split_matrix",
-                    "num_dataset_builder_threads", "path_to_cache", "mmap_bin_files", "mock",
-                    "tokenizer", "mid_level_dataset_surplus", "allow_ambiguous_pad_tokens",
-                    "fast_cache_load", "defer_npy_index_mmap"]
-    extra = [f.name for f in dataclasses.fields(GPTDatasetConfig)][len(base):]
-    assert extra == ["reset_position_ids", "reset_attention_mask", "eod_mask_loss",
-                     "create_attention_mask", "drop_last_partial_validation_sequence",
-                     "add_extra_token_to_sequence", "object_storage_cache_path",
-                     "data_parallel_size", "sequence_parallel_size", "hybrid_context_parallel",
-                     "sequences_per_dataset", "token_dtype_code", "context_parallel_size",
-                     "return_cu_seqlens"]
+    assert base == [
+        "random_seed",
+        "sequence_length",
+        "blend",
+        "blend_per_split",
+        "multiple_validation_sets",
+        "full_validation",
+        "split",
+        "split_matrix",
+        "num_dataset_builder_threads",
+        "path_to_cache",
+        "mmap_bin_files",
+        "mock",
+        "tokenizer",
+        "mid_level_dataset_surplus",
+        "allow_ambiguous_pad_tokens",
+        "fast_cache_load",
+        "defer_npy_index_mmap",
+    ]
+    extra = [f.name for f in dataclasses.fields(GPTDatasetConfig)][len(base) :]
+    assert extra == [
+        "reset_position_ids",
+        "reset_attention_mask",
+        "eod_mask_loss",
+        "create_attention_mask",
+        "drop_last_partial_validation_sequence",
+        "add_extra_token_to_sequence",
+        "object_storage_cache_path",
+        "data_parallel_size",
+        "sequence_parallel_size",
+        "hybrid_context_parallel",
+        "sequences_per_dataset",
+        "token_dtype_code",
+        "context_parallel_size",
+        "return_cu_seqlens",
+        "object_storage_config",
+    ]
     derived = {f.name for f in dataclasses.fields(GPTDatasetConfig) if not f.init}
     assert derived == {"split_matrix", "mock", "token_dtype_code"}
 
@@ -58,16 +89,18 @@ def test_mock_when_no_blend():
 
 
 def test_blend_per_split_accepted():
-    config = gpt(blend=None, split=None,
-                 blend_per_split=[(["a", "b"], [1, 3]), None, [["c"], None]])
+    config = gpt(
+        blend=None, split=None, blend_per_split=[(["a", "b"], [1, 3]), None, [["c"], None]]
+    )
     assert not config.mock and config.split_matrix is None
     assert config.blend_per_split[2] == (["c"], None)
     assert config.prefixes() == ["a", "b", "c"]
 
 
 def test_base_config_needs_no_tokenizer():
-    config = BlendedMegatronDatasetConfig(random_seed=0, sequence_length=4,
-                                          blend=(["a"], None), split="1")
+    config = BlendedMegatronDatasetConfig(
+        random_seed=0, sequence_length=4, blend=(["a"], None), split="1"
+    )
     assert config.tokenizer is None and config.split_matrix == [(0, 1.0), None, None]
 
 
@@ -86,8 +119,11 @@ def test_tokenizer_object_is_kept():
 def test_sequences_per_dataset_and_object_storage_ok(tmp_path):
     config = gpt(sequences_per_dataset={"data/a": [5, 5]})
     assert config.sequences_for("data/a") == (5, 5) and config.sequences_for("x") is None
-    config = gpt(blend=(["s3://bucket/a"], None), object_storage_cache_path=str(tmp_path),
-                 mmap_bin_files=False)
+    config = gpt(
+        blend=(["s3://bucket/a"], None),
+        object_storage_cache_path=str(tmp_path),
+        mmap_bin_files=False,
+    )
     assert config.prefixes() == ["s3://bucket/a"]
 
 
@@ -105,16 +141,24 @@ CASES = {
     "surplus nan": (dict(mid_level_dataset_surplus=math.nan), "mid_level_dataset_surplus"),
     "mmap not bool": (dict(mmap_bin_files="yes"), "mmap_bin_files"),
     "fast cache no path": (dict(fast_cache_load=True), "needs path_to_cache"),
-    "fast cache with blend": (dict(fast_cache_load=True, path_to_cache="c"), "cannot be used with blend"),
+    "fast cache with blend": (
+        dict(fast_cache_load=True, path_to_cache="c"),
+        "cannot be used with blend",
+    ),
     "defer no path": (dict(defer_npy_index_mmap=True), "needs path_to_cache"),
     "per split with blend": (dict(blend_per_split=[(["a"], None), None, None]), "incompatible"),
-    "per split with split": (dict(blend=None, blend_per_split=[(["a"], None), None, None]),
-                             "split and blend_per_split"),
-    "per split length": (dict(blend=None, split=None, blend_per_split=[(["a"], None)]),
-                         "exactly 3"),
-    "per split weights": (dict(blend=None, split=None,
-                               blend_per_split=[(["a", "b"], [1.0]), None, None]),
-                          "equal in number"),
+    "per split with split": (
+        dict(blend=None, blend_per_split=[(["a"], None), None, None]),
+        "split and blend_per_split",
+    ),
+    "per split length": (
+        dict(blend=None, split=None, blend_per_split=[(["a"], None)]),
+        "exactly 3",
+    ),
+    "per split weights": (
+        dict(blend=None, split=None, blend_per_split=[(["a", "b"], [1.0]), None, None]),
+        "equal in number",
+    ),
     "blend weights": (dict(blend=(["a", "b"], [1.0])), "equal in number"),
     "blend no split": (dict(split=None), "split must be given"),
     "blend flat list": (dict(blend=["30", "a", "70", "b"]), "get_blend_from_list"),
@@ -137,12 +181,16 @@ CASES = {
     "dp size": (dict(data_parallel_size=0), "data_parallel_size"),
     "sp size": (dict(sequence_parallel_size=-1), "sequence_parallel_size"),
     "cp size": (dict(context_parallel_size=0), "context_parallel_size"),
-    "spd no vocab": (dict(tokenizer={"vocab_size": None, "eod": 1},
-                          sequences_per_dataset={"data/a": [1, 1]}), "vocab_size"),
+    "spd no vocab": (
+        dict(tokenizer={"vocab_size": None, "eod": 1}, sequences_per_dataset={"data/a": [1, 1]}),
+        "vocab_size",
+    ),
     "spd missing prefix": (dict(sequences_per_dataset={"other": [1, 1]}), "no entry"),
     "spd bad file": (dict(sequences_per_dataset="/nonexistent/spd.json"), "not found"),
-    "object storage no cache": (dict(blend=(["s3://b/a"], None), mmap_bin_files=False),
-                                "object_storage_cache_path"),
+    "object storage no cache": (
+        dict(blend=(["s3://b/a"], None), mmap_bin_files=False),
+        "object_storage_cache_path",
+    ),
 }
 
 

@@ -19,7 +19,7 @@ import numbers
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Optional
 
 from tokenloom.datasets import _checks as checks
 from tokenloom.datasets.split import (
@@ -54,11 +54,15 @@ class SimpleTokenizer:
     """The pad token id, or ``None`` for no pad token (samples are then padded with -1)."""
 
     @property
-    def unique_identifiers(self) -> "OrderedDict[str, object]":
+    def unique_identifiers(self) -> OrderedDict[str, object]:
         """What identifies this tokenizer in a cache description."""
         return OrderedDict(
-            [("class", type(self).__name__), ("vocab_size", self.vocab_size),
-             ("eod", self.eod), ("pad", self.pad)]
+            [
+                ("class", type(self).__name__),
+                ("vocab_size", self.vocab_size),
+                ("eod", self.eod),
+                ("pad", self.pad),
+            ]
         )
 
 
@@ -80,7 +84,8 @@ def _check_special_ids(tokenizer, vocab_size) -> None:
             raise ConfigError(
                 f"tokenizer.{name} = {value} is not a token id of the vocabulary (vocab_size "
                 f"{vocab_size}): samples would hold an id the model has no embedding for; fix "
-                f"the tokenizer's {name} or its vocab_size")
+                f"the tokenizer's {name} or its vocab_size"
+            )
 
 
 @dataclass
@@ -93,11 +98,11 @@ class BlendedMegatronDatasetConfig:
     sequence_length: int
     """The sequence length (tokens per sample, >= 1)."""
 
-    blend: Optional[Tuple[List[str], Optional[List[float]]]] = None
+    blend: Optional[tuple[list[str], Optional[list[float]]]] = None
     """``(prefixes, weights or None)``, e.g. ``(["a", "b"], [0.3, 0.7])``. Without weights
     they are inferred from dataset lengths. Not with ``blend_per_split``."""
 
-    blend_per_split: Optional[List[Optional[Tuple[List[str], Optional[List[float]]]]]] = None
+    blend_per_split: Optional[list[Optional[tuple[list[str], Optional[list[float]]]]]] = None
     """One blend (or ``None``) per split, train/valid/test. Not with ``blend``/``split``."""
 
     multiple_validation_sets: Optional[bool] = None
@@ -109,7 +114,7 @@ class BlendedMegatronDatasetConfig:
     split: Optional[str] = None
     """Comma separated split weights such as ``"98,2,0"`` (needed with ``blend``)."""
 
-    split_matrix: Optional[List[Optional[Tuple[float, float]]]] = field(init=False, default=None)
+    split_matrix: Optional[list[Optional[tuple[float, float]]]] = field(init=False, default=None)
     """Derived from ``split``: per split ``(begin, end)`` fractions or ``None``."""
 
     num_dataset_builder_threads: int = 1
@@ -216,7 +221,7 @@ class BlendedMegatronDatasetConfig:
             parse_and_normalize_split(self.split)
         )
 
-    def prefixes(self) -> List[str]:
+    def prefixes(self) -> list[str]:
         """Every dataset prefix named by ``blend`` or ``blend_per_split`` (in order)."""
         blends = [self.blend] if self.blend is not None else list(self.blend_per_split or [])
         return [prefix for blend in blends if blend is not None for prefix in blend[0]]
@@ -247,11 +252,6 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     object_storage_cache_path: Optional[str] = None
     """Local directory caching ``.idx`` files of s3:// or msc:// datasets."""
 
-    object_storage_config: Optional[object] = None
-    """tokenloom extension: a :class:`tokenloom.storage.ObjectStorageConfig` for s3:// and
-    msc:// prefixes (chunk size, read-ahead, cached chunks, endpoint, retries); its
-    ``path_to_idx_cache`` is replaced by ``object_storage_cache_path`` when that is set."""
-
     data_parallel_size: int = 1
     """Data parallel size (kept for Megatron compatibility)."""
 
@@ -261,7 +261,7 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     hybrid_context_parallel: bool = False
     """Hybrid context parallelism flag (Megatron compatibility)."""
 
-    sequences_per_dataset: Optional[Dict[str, Tuple[int, int]]] = None
+    sequences_per_dataset: Optional[dict[str, tuple[int, int]]] = None
     """``{prefix: (sequence_count, document_count)}`` or the path of such a JSON file;
     start-up then opens one file instead of reading every ``.idx`` header."""
 
@@ -276,6 +276,11 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     sample, from 0 to seq length) and ``max_seqlen`` (int32 scalar) to each sample for
     variable-length attention."""
 
+    object_storage_config: Optional[object] = None
+    """tokenloom extension: a :class:`tokenloom.storage.ObjectStorageConfig` for s3:// and
+    msc:// prefixes (chunk size, read-ahead, cached chunks, endpoint, retries); its
+    ``path_to_idx_cache`` is replaced by ``object_storage_cache_path`` when that is set."""
+
     def __post_init__(self) -> None:
         """Validate the GPT fields and derive ``token_dtype_code``."""
         super().__post_init__()
@@ -288,9 +293,13 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
             if getattr(self, name) is None:
                 raise ConfigError(f"{name} must be set to True or False (it is None)")
             checks.check_bool(name, getattr(self, name))
-        for name in ("create_attention_mask", "drop_last_partial_validation_sequence",
-                     "add_extra_token_to_sequence", "hybrid_context_parallel",
-                     "return_cu_seqlens"):
+        for name in (
+            "create_attention_mask",
+            "drop_last_partial_validation_sequence",
+            "add_extra_token_to_sequence",
+            "hybrid_context_parallel",
+            "return_cu_seqlens",
+        ):
             checks.check_bool(name, getattr(self, name))
         checks.check_int("data_parallel_size", self.data_parallel_size, 1)
         checks.check_int("sequence_parallel_size", self.sequence_parallel_size, 0)
@@ -318,9 +327,8 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
                 "`tokenloom build-sequences-per-dataset` for this blend"
             )
 
-    def sequences_for(self, dataset_path: Optional[str]) -> Optional[Tuple[int, int]]:
+    def sequences_for(self, dataset_path: Optional[str]) -> Optional[tuple[int, int]]:
         """The ``(sequence_count, document_count)`` given for ``dataset_path``, if any."""
         if not self.sequences_per_dataset or dataset_path is None:
             return None
         return self.sequences_per_dataset.get(dataset_path)
-

@@ -1,0 +1,135 @@
+"""Lazily created, per-process object-storage clients.
+
+A boto3 client is made on first use, shared by every reader of the process with the
+same (endpoint, region, profile, timeouts), and made again in a child process: the
+pool is emptied after ``fork`` (``os.register_at_fork``) and also checks the pid, so
+DataLoader workers never share a connection pool with their parent.  The pool is
+bounded and :func:`clear_clients` empties it.
+
+The endpoint comes from ``ObjectStorageConfig.endpoint_url`` when set, else from the
+environment (``AWS_ENDPOINT_URL``, ``AWS_ENDPOINT_URL_S3``, ...) as boto3 does; MSC
+clients come from ``MSC_CONFIG`` profiles (``multistorageclient.resolve_storage_client``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any
+
+from tokenloom.errors import ConfigError
+from tokenloom.storage.config import ObjectStorageConfig
+
+_MAX_CLIENTS = 16
+# what boto3 reads from the environment when the config leaves it open: a change makes
+# a new client rather than reusing one made for another endpoint or account
+_ENVIRONMENT = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+)
+
+
+def _import_boto3() -> Any:
+    try:
+        import boto3
+        import botocore.config
+    except ImportError:
+        raise ConfigError("s3:// paths need boto3: pip install 'tokenloom[s3]'") from None
+    return boto3, botocore.config
+
+
+def import_msc() -> Any:
+    """The ``multistorageclient`` module (ConfigError naming the extra when missing)."""
+    try:
+        import multistorageclient
+    except ImportError:
+        raise ConfigError(
+            "msc:// paths need the Multi-Storage Client: pip install 'tokenloom[msc]'"
+        ) from None
+    return multistorageclient
+
+
+def _new_s3_client(config: ObjectStorageConfig) -> Any:
+    boto3, botocore_config = _import_boto3()
+    retry = config.retry
+    settings = botocore_config.Config(
+        retries={"total_max_attempts": 1, "mode": "standard"},  # ours are explicit
+        connect_timeout=retry.connect_timeout_s,
+        read_timeout=retry.read_timeout_s,
+        max_pool_connections=32,
+    )
+    session = boto3.session.Session(profile_name=config.profile_name)
+    return session.client(
+        "s3", endpoint_url=config.endpoint_url, region_name=config.region_name, config=settings
+    )
+
+
+class ClientPool:
+    """At most ``max_clients`` clients of this process, keyed by their settings."""
+
+    def __init__(self, max_clients: int = _MAX_CLIENTS) -> None:
+        self.max_clients = max_clients
+        self._clients: OrderedDict[Hashable, Any] = OrderedDict()
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    def s3(self, config: ObjectStorageConfig) -> Any:
+        """The boto3 S3 client for ``config``'s endpoint, region, profile and timeouts."""
+        retry = config.retry
+        environment = tuple(os.environ.get(name) for name in _ENVIRONMENT)
+        key: tuple[Any, ...] = (
+            "s3",
+            config.endpoint_url,
+            config.region_name,
+            config.profile_name,
+            retry.connect_timeout_s,
+            retry.read_timeout_s,
+            environment,
+        )
+        if self._pid != os.getpid():
+            self.reset_after_fork()
+        with self._lock:
+            client = self._clients.get(key)
+            if client is not None:
+                self._clients.move_to_end(key)
+                return client
+        client = _new_s3_client(config)  # outside the lock: it takes tens of ms
+        with self._lock:
+            client = self._clients.setdefault(key, client)
+            while len(self._clients) > self.max_clients:
+                self._clients.popitem(last=False)
+        return client
+
+    def clear(self) -> None:
+        """Forget every client (they are closed once no reader uses them)."""
+        with self._lock:
+            self._clients.clear()
+
+    def reset_after_fork(self) -> None:
+        """In a child process: drop the parent's clients and lock."""
+        self._lock = threading.Lock()
+        self._clients = OrderedDict()
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+
+DEFAULT_POOL = ClientPool()
+os.register_at_fork(after_in_child=DEFAULT_POOL.reset_after_fork)
+
+
+def clear_clients() -> None:
+    """Empty the process's client pool (new clients are made on next use)."""
+    DEFAULT_POOL.clear()
+
+
+__all__ = ["ClientPool", "DEFAULT_POOL", "clear_clients", "import_msc"]

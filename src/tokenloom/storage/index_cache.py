@@ -1,0 +1,127 @@
+"""The local ``.idx`` cache of remote datasets: Megatron's layout, reused when fresh.
+
+``s3://bucket/key.idx`` (``msc://profile/key.idx``) is copied to
+``<path_to_idx_cache>/bucket/key.idx`` (``.../profile/key.idx``), as megatron-core
+does.  Next to it ``key.idx.etag.json`` records the object's ETag and size; a later
+open sends one HEAD and reuses the copy when both match (Megatron downloads it on
+every construction).  Both files are written atomically, so a crash leaves the old
+copy or the new one, and a stale or half-written record only causes a new download.
+
+:func:`fetch_indices_on_rank0_then_others` does the download under
+``torch.distributed``: rank 0 first, then one download per node whose cache rank 0's
+copy is not visible from, failures raised on every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from tokenloom.atomic import atomic_write_bytes
+from tokenloom.distributed import Communicator, build_on_rank0_then_load
+from tokenloom.errors import ConfigError
+from tokenloom.storage.config import ObjectStorageConfig, coerce_config
+from tokenloom.storage.objects import ObjectInfo
+from tokenloom.storage.open import open_object
+from tokenloom.storage.urls import parse_url
+
+logger = logging.getLogger("tokenloom.storage")
+
+_RECORD_SUFFIX = ".etag.json"
+
+
+def index_cache_path(idx_url: str, path_to_idx_cache: str) -> str:
+    """``<path_to_idx_cache>/<bucket-or-profile>/<key>``: where ``idx_url`` is cached."""
+    url = parse_url(idx_url)
+    if ".." in url.key.split("/"):
+        raise ConfigError(f"{idx_url}: '..' in an object key would leave the .idx cache folder")
+    return os.path.join(path_to_idx_cache, url.bucket, *url.key.split("/"))
+
+
+def _read_record(local: str) -> Optional[dict[str, Any]]:
+    try:
+        with open(local + _RECORD_SUFFIX, "rb") as handle:
+            record = json.loads(handle.read())
+        return record if isinstance(record, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def is_fresh(local: str, info: ObjectInfo) -> bool:
+    """Whether ``local`` is a complete copy of the object ``info`` describes."""
+    record = _read_record(local)
+    if record is None or record.get("etag") != info.etag or record.get("size") != info.size:
+        return False
+    try:
+        return os.path.getsize(local) == info.size
+    except OSError:
+        return False
+
+
+def fetch_index(idx_url: str, config: Any, expected: Optional[ObjectInfo] = None) -> str:
+    """Local path of a fresh copy of ``idx_url``, downloading it unless already cached.
+
+    ``expected`` (what another rank saw) skips the HEAD when the local copy matches it.
+    Raises ObjectNotFoundError naming the URL when the ``.idx`` object is missing.
+    """
+    config = coerce_config(config)
+    local = index_cache_path(idx_url, config.path_to_idx_cache)
+    if expected is not None and is_fresh(local, expected):
+        return local
+    remote = open_object(parse_url(idx_url), config)
+    info = remote.head()
+    if is_fresh(local, info):
+        logger.debug("%s: reusing the cached copy %s (ETag %s)", idx_url, local, info.etag)
+        return local
+    logger.info("%s: downloading the index to %s (%d bytes)", idx_url, local, info.size)
+    got = remote.download(local)
+    record = {"url": idx_url, "etag": got.etag or info.etag, "size": got.size}
+    atomic_write_bytes(local + _RECORD_SUFFIX, json.dumps(record).encode(), durable=False)
+    return local
+
+
+def _describe(config: ObjectStorageConfig, idx_urls: Sequence[str]) -> dict[str, ObjectInfo]:
+    described = {}
+    for url in idx_urls:
+        record = _read_record(index_cache_path(url, config.path_to_idx_cache))
+        if record is not None:
+            described[url] = ObjectInfo(int(record["size"]), str(record["etag"]))
+    return described
+
+
+def fetch_indices_on_rank0_then_others(
+    idx_urls: Sequence[str], config: Any, comm: Optional[Communicator] = None
+) -> list[str]:
+    """:func:`fetch_index` for every URL: rank 0 first, then every other rank, with one
+    download per node (node-local cache folders work); a failure raises on all ranks.
+
+    Collective under torch.distributed: every rank must call it with the same URLs.
+    """
+    config = coerce_config(config)
+    urls = list(idx_urls)
+    seen: dict[str, ObjectInfo] = {}
+
+    def construct() -> list[str]:
+        return [fetch_index(url, config, seen.get(url)) for url in urls]
+
+    def is_ready(payload: Any) -> bool:
+        seen.update(payload or {})
+        return all(
+            is_fresh(index_cache_path(url, config.path_to_idx_cache), info)
+            for url, info in seen.items()
+        ) and len(seen) == len(urls)
+
+    result = build_on_rank0_then_load(
+        construct,
+        manifest=lambda _paths: _describe(config, urls),
+        is_ready=is_ready,
+        comm=comm,
+        what=f"the .idx cache of {len(urls)} remote dataset(s)",
+    )
+    return result if result is not None else construct()
+
+
+__all__ = ["index_cache_path", "fetch_index", "is_fresh", "fetch_indices_on_rank0_then_others"]

@@ -1,0 +1,104 @@
+"""What the dataset layers ask of object storage: the config of a remote prefix, its
+local folder for index caches, opening a pair for ``IndexedDataset``, and the ``.idx``
+download of a whole blend under torch.distributed."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from typing import Any, Optional
+
+from tokenloom.distributed import Communicator, get_communicator
+from tokenloom.errors import ConfigError
+from tokenloom.storage.bin_reader import ObjectBinReader
+from tokenloom.storage.config import ObjectStorageConfig, coerce_config
+from tokenloom.storage.datasets import config_or_default, open_remote_dataset
+from tokenloom.storage.index_cache import fetch_indices_on_rank0_then_others, index_cache_path
+from tokenloom.storage.urls import is_remote
+
+logger = logging.getLogger("tokenloom.storage")
+
+
+class _Once:
+    """Says a thing once per process (bounded: one flag)."""
+
+    def __init__(self) -> None:
+        self._done = False
+        self._lock = threading.Lock()
+
+    def __call__(self, message: str, *args: object) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        logger.info(message, *args)
+
+    def reset(self) -> None:
+        """Say it again next time."""
+        with self._lock:
+            self._done = False
+
+
+REMOTE_MMAP_NOTE = _Once()
+"""The one INFO line saying that ``mmap=True`` is ignored for remote prefixes."""
+
+
+def open_remote_pair(path_prefix: str, config: Any, mmap: bool) -> tuple[str, ObjectBinReader]:
+    """``(local .idx path, .bin reader)`` for ``IndexedDataset``; ``mmap=True`` (the
+    default, which object storage cannot honour) picks the remote reader, said once."""
+    if mmap:
+        REMOTE_MMAP_NOTE(
+            "%s: object storage cannot be memory-mapped; reading it by ranged requests "
+            "(mmap=True / mmap_bin_files=True is ignored for s3:// and msc:// prefixes)",
+            path_prefix,
+        )
+    return open_remote_dataset(path_prefix, config_or_default(config))
+
+
+def storage_config_for(dataset_config: Any) -> ObjectStorageConfig:
+    """The ObjectStorageConfig of a GPT / blended config: its ``object_storage_config``
+    (tokenloom) with ``object_storage_cache_path`` (Megatron) as the ``.idx`` folder."""
+    given = getattr(dataset_config, "object_storage_config", None)
+    folder = getattr(dataset_config, "object_storage_cache_path", None)
+    if given is not None:
+        config = coerce_config(given)
+        return dataclasses.replace(config, path_to_idx_cache=folder) if folder else config
+    if folder is None:
+        raise ConfigError(
+            "s3:// and msc:// prefixes need a local folder for their .idx files: "
+            "set object_storage_cache_path (or object_storage_config)"
+        )
+    return ObjectStorageConfig(path_to_idx_cache=folder)
+
+
+def local_folder_for(path_prefix: str, dataset_config: Any) -> str:
+    """The local stand-in of a remote prefix (``<idx cache>/<bucket>/<key>``), under which
+    index caches go when ``path_to_cache`` is None (Megatron writes ``./s3:/...``)."""
+    return index_cache_path(path_prefix, storage_config_for(dataset_config).path_to_idx_cache)
+
+
+def prefetch_remote_indices(dataset_config: Any, comm: Optional[Communicator] = None) -> None:
+    """Under torch.distributed: fetch the ``.idx`` of every remote prefix of the config on
+    rank 0, then once per node, failing on every rank together (a collective: call it on
+    every rank).  A no-op in one process, without remote prefixes, or with
+    ``fast_cache_load`` (every rank then loads on its own)."""
+    prefixes = getattr(dataset_config, "prefixes", None)
+    remote = sorted({p for p in (prefixes() if callable(prefixes) else []) if is_remote(p)})
+    if not remote or getattr(dataset_config, "fast_cache_load", False):
+        return
+    comm = comm or get_communicator()
+    if comm.world_size == 1:
+        return
+    fetch_indices_on_rank0_then_others(
+        [p + ".idx" for p in remote], storage_config_for(dataset_config), comm
+    )
+
+
+__all__ = [
+    "REMOTE_MMAP_NOTE",
+    "open_remote_pair",
+    "storage_config_for",
+    "local_folder_for",
+    "prefetch_remote_indices",
+]
