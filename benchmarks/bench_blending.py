@@ -31,8 +31,9 @@ def megatron_blend(params: dict[str, Any], probe) -> dict[str, Any]:
     def call():
         dataset_index = numpy.zeros(size, dtype=numpy.int16)
         dataset_sample_index = numpy.zeros(size, dtype=numpy.int64)
-        helpers.build_blending_indices(dataset_index, dataset_sample_index, weights,
-                                       len(weights), size, False)
+        helpers.build_blending_indices(
+            dataset_index, dataset_sample_index, weights, len(weights), size, False
+        )
         result["out"] = (dataset_index, dataset_sample_index)
 
     timing = best_of(call, repeats=params["repeats"], budget_s=params["budget_s"])
@@ -90,8 +91,15 @@ def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
         check = {}
         if "error" not in mc and "error" not in tl:
             check = _compare(str(work / f"mc{n}"), str(work / f"tl{n}"))
-        row = pair_row("1 blending index", f"{n:,} datasets x {size:,} samples", mc, tl,
-                       per=size, per_unit="sample", check=check)
+        row = pair_row(
+            "1 blending index",
+            f"{n:,} datasets x {size:,} samples",
+            mc,
+            tl,
+            per=size,
+            per_unit="sample",
+            check=check,
+        )
         row["n_datasets"] = n
         rows.append(row)
     _growth_note(rows)

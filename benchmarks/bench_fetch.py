@@ -75,10 +75,12 @@ def _batch(ds, indices: list[int], params: dict[str, Any]) -> dict[str, Any]:
     if not hasattr(ds, "get_batch"):
         return {"x_batch_error": "tokenloom side not available yet: GPTDataset.get_batch missing"}
     b = params["batch"]
-    chunks = [numpy.asarray(indices[k:k + b]) for k in range(0, len(indices) - b + 1, b)]
+    chunks = [numpy.asarray(indices[k : k + b]) for k in range(0, len(indices) - b + 1, b)]
     out = ds.get_batch(chunks[0])
-    first = {k: numpy.asarray(v)[:N_SAVED] for k, v in
-             (out.items() if isinstance(out, dict) else [("tokens", out)])}
+    first = {
+        k: numpy.asarray(v)[:N_SAVED]
+        for k, v in (out.items() if isinstance(out, dict) else [("tokens", out)])
+    }
     numpy.savez(params["out"] + ".batch", **first)
 
     def call():
@@ -88,9 +90,13 @@ def _batch(ds, indices: list[int], params: dict[str, Any]) -> dict[str, Any]:
     timing = best_of(call, repeats=5, budget_s=params["budget_s"])
     itemsize = numpy.dtype(ds.dataset.dtype if hasattr(ds, "dataset") else numpy.uint16).itemsize
     src = b * (params["sequence_length"] + 1) * itemsize
-    return {"x_batch_s": timing["min_s"], "x_batch_samples": len(chunks) * b,
-            "x_batch_per_sample_us": timing["min_s"] / (len(chunks) * b) * 1e6,
-            "x_batch_bytes_per_call": src + _nbytes(out), "x_batch_calls": len(chunks)}
+    return {
+        "x_batch_s": timing["min_s"],
+        "x_batch_samples": len(chunks) * b,
+        "x_batch_per_sample_us": timing["min_s"] / (len(chunks) * b) * 1e6,
+        "x_batch_bytes_per_call": src + _nbytes(out),
+        "x_batch_calls": len(chunks),
+    }
 
 
 def copy_floor(params: dict[str, Any], probe) -> dict[str, Any]:
@@ -131,24 +137,44 @@ def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
     from data import write_corpus
 
     quick = ctx["quick"]
-    corpus = write_corpus(str(Path(ctx["data"]) / ("fetch-small" if quick else "fetch")),
-                          n_docs=20_000 if quick else 100_000, seed=11, median=600)
+    corpus = write_corpus(
+        str(Path(ctx["data"]) / ("fetch-small" if quick else "fetch")),
+        n_docs=20_000 if quick else 100_000,
+        seed=11,
+        median=600,
+    )
     work = Path(ctx["work"]) / "fetch"
-    common = dict(prefix=corpus["prefix"], sequence_length=4096,
-                  n_fetch=500 if quick else 2000, budget_s=2.0 if quick else 5.0, batch=64)
-    mc = run_side("bench_fetch:megatron_fetch",
-                  dict(common, cache=str(work / "mc-cache"), out=str(work / "mc.npz")))
-    tl = run_side("bench_fetch:tokenloom_fetch",
-                  dict(common, cache=str(work / "tl-cache"), out=str(work / "tl.npz")))
+    common = dict(
+        prefix=corpus["prefix"],
+        sequence_length=4096,
+        n_fetch=500 if quick else 2000,
+        budget_s=2.0 if quick else 5.0,
+        batch=64,
+    )
+    mc = run_side(
+        "bench_fetch:megatron_fetch",
+        dict(common, cache=str(work / "mc-cache"), out=str(work / "mc.npz")),
+    )
+    tl = run_side(
+        "bench_fetch:tokenloom_fetch",
+        dict(common, cache=str(work / "tl-cache"), out=str(work / "tl.npz")),
+    )
     floor = run_side("bench_fetch:copy_floor", dict(mib=256 if quick else 1024))
     check = {}
     if "error" not in mc and "error" not in tl:
         check = _compare(str(work / "mc.npz"), str(work / "tl.npz"))
         if Path(str(work / "tl.npz.batch.npz")).exists():
             check.update(_compare_batch(str(work / "mc.npz"), str(work / "tl.npz.batch.npz")))
-    row = pair_row("2 sample fetch", f"{common['n_fetch']:,} random samples, seq 4096, "
-                   f"{corpus['tokens'] / 1e6:.0f}M-token corpus", mc, tl,
-                   per=common["n_fetch"], per_unit="sample", check=check)
+    row = pair_row(
+        "2 sample fetch",
+        f"{common['n_fetch']:,} random samples, seq 4096, "
+        f"{corpus['tokens'] / 1e6:.0f}M-token corpus",
+        mc,
+        tl,
+        per=common["n_fetch"],
+        per_unit="sample",
+        check=check,
+    )
     row["bandwidth_gbs"] = floor.get("bandwidth_gbs")
     _batch_vs_floor(row)
     return [row]

@@ -53,17 +53,22 @@ print(json.dumps({"import_s": t1 - t0, "build_s": t2 - t1, "first_sample_s": t3 
 
 
 def _corpora(folder: str, count: int, src: str) -> list[str]:
-    code = ("import sys, numpy\nfrom tokenloom.format import IndexedDatasetBuilder\n"
-            "folder, count = sys.argv[1], int(sys.argv[2])\n"
-            "for p in range(count):\n"
-            "    rng = numpy.random.default_rng(p)\n"
-            "    b = IndexedDatasetBuilder(f'{folder}/c{p}.bin', dtype=numpy.uint16)\n"
-            "    for n in rng.integers(20, 400, 300):\n"
-            "        t = rng.integers(3, 32000, n); t[-1] = 2\n"
-            "        b.add_item(t); b.end_document()\n"
-            "    b.finalize(f'{folder}/c{p}.idx')\n")
-    subprocess.run([sys.executable, "-c", code, folder, str(count)], check=True,
-                   env=dict(os.environ, PYTHONPATH=src))
+    code = (
+        "import sys, numpy\nfrom tokenloom.format import IndexedDatasetBuilder\n"
+        "folder, count = sys.argv[1], int(sys.argv[2])\n"
+        "for p in range(count):\n"
+        "    rng = numpy.random.default_rng(p)\n"
+        "    b = IndexedDatasetBuilder(f'{folder}/c{p}.bin', dtype=numpy.uint16)\n"
+        "    for n in rng.integers(20, 400, 300):\n"
+        "        t = rng.integers(3, 32000, n); t[-1] = 2\n"
+        "        b.add_item(t); b.end_document()\n"
+        "    b.finalize(f'{folder}/c{p}.idx')\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, folder, str(count)],
+        check=True,
+        env=dict(os.environ, PYTHONPATH=src),
+    )
     return [os.path.join(folder, f"c{p}") for p in range(count)]
 
 
@@ -71,8 +76,13 @@ def _measure(src: str, numba_dir: str, spec: dict, work: str) -> dict:
     cache = tempfile.mkdtemp(dir=work, prefix="index-cache-")
     env = dict(os.environ, PYTHONPATH=src, NUMBA_CACHE_DIR=numba_dir)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(dict(spec, cache=cache))],
-                          env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(dict(spec, cache=cache))],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["process_s"] = time.perf_counter() - start
     shutil.rmtree(cache)
@@ -81,8 +91,11 @@ def _measure(src: str, numba_dir: str, spec: dict, work: str) -> dict:
 
 def _warmup(src: str, numba_dir: str) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "tokenloom", "warmup", "--quiet"], check=True,
-                   env=dict(os.environ, PYTHONPATH=src, NUMBA_CACHE_DIR=numba_dir))
+    subprocess.run(
+        [sys.executable, "-m", "tokenloom", "warmup", "--quiet"],
+        check=True,
+        env=dict(os.environ, PYTHONPATH=src, NUMBA_CACHE_DIR=numba_dir),
+    )
     return time.perf_counter() - start
 
 
@@ -97,8 +110,15 @@ def _run_tree(src: str, spec: dict, work: str, repeats: int) -> list[dict]:
         if has_warmup:
             warmed = tempfile.mkdtemp(dir=work, prefix="numba-")
             seconds = _warmup(src, warmed)
-            rows.append(dict(_measure(src, warmed, spec, work), src=src, mode="warmup",
-                             run=r, warmup_s=seconds))
+            rows.append(
+                dict(
+                    _measure(src, warmed, spec, work),
+                    src=src,
+                    mode="warmup",
+                    run=r,
+                    warmup_s=seconds,
+                )
+            )
         for row in rows[before:]:
             print(json.dumps(row), flush=True)
     return rows
@@ -106,8 +126,9 @@ def _run_tree(src: str, spec: dict, work: str, repeats: int) -> list[dict]:
 
 def main() -> None:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--prefixes", type=int, default=64)
     parser.add_argument("--size", type=int, default=500_000)
     parser.add_argument("--seq", type=int, default=1024)
@@ -124,8 +145,10 @@ def main() -> None:
         for mode in ("fresh", "warmup", "warm"):
             picked = [r for r in rows if r["src"] == src and r["mode"] == mode]
             if picked:
-                cells = [f"{min(r[k] for r in picked):.2f}-{max(r[k] for r in picked):.2f}"
-                         for k in ("process_s", "build_s", "first_sample_s")]
+                cells = [
+                    f"{min(r[k] for r in picked):.2f}-{max(r[k] for r in picked):.2f}"
+                    for k in ("process_s", "build_s", "first_sample_s")
+                ]
                 print(f"{src[-40:]:<40} {mode:<7} {cells[0]:>16} {cells[1]:>14} {cells[2]:>16}")
 
 

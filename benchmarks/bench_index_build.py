@@ -37,8 +37,15 @@ def _run(kernels, params, probe) -> dict[str, Any]:
         documents = numpy.arange(len(lengths), dtype=numpy.int32)
         doc = doc_fn(documents, params["num_epochs"], rs, params["separate_final_epoch"])
         t.append(time.perf_counter())
-        sample = sample_fn(lengths, doc, params["sequence_length"], params["num_epochs"],
-                           params["tokens_per_epoch"], True, 1)
+        sample = sample_fn(
+            lengths,
+            doc,
+            params["sequence_length"],
+            params["num_epochs"],
+            params["tokens_per_epoch"],
+            True,
+            1,
+        )
         t.append(time.perf_counter())
         total = sample.shape[0] - 1
         first = total if params["shuffle_first"] is None else params["shuffle_first"]
@@ -52,8 +59,12 @@ def _run(kernels, params, probe) -> dict[str, Any]:
     for key in ("doc", "sample", "shuffle"):
         numpy.save(f"{params['out']}.{key}.npy", held[key])
     parts = best["parts"]
-    timing.update(x_document_s=parts[0], x_sample_s=parts[1], x_shuffle_s=parts[2],
-                  x_samples=int(held["sample"].shape[0] - 1))
+    timing.update(
+        x_document_s=parts[0],
+        x_sample_s=parts[1],
+        x_shuffle_s=parts[2],
+        x_samples=int(held["sample"].shape[0] - 1),
+    )
     return timing
 
 
@@ -104,8 +115,13 @@ def epoch_plan(lengths: numpy.ndarray, seq: int, epochs_wanted: float) -> dict[s
         sans = ((num_epochs - 1) * tpe - 1) // seq
         separate = (num_samples - sans) < int(0.80 * per_epoch)
         first = sans if separate else None
-    return dict(tokens_per_epoch=tpe, num_epochs=num_epochs, separate_final_epoch=separate,
-                shuffle_first_override=first, num_samples=num_samples)
+    return dict(
+        tokens_per_epoch=tpe,
+        num_epochs=num_epochs,
+        separate_final_epoch=separate,
+        shuffle_first_override=first,
+        num_samples=num_samples,
+    )
 
 
 def _compare(a: str, b: str) -> dict[str, Any]:
@@ -130,20 +146,25 @@ def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for label, epochs in (("1 epoch", 1.0), ("2.5 epochs, separate final epoch", 2.5)):
         plan = epoch_plan(lengths, 4096, epochs)
-        params = dict(lengths=lengths_path, seed=1234, sequence_length=4096, repeats=7,
-                      budget_s=6.0, num_epochs=plan["num_epochs"],
-                      tokens_per_epoch=plan["tokens_per_epoch"],
-                      separate_final_epoch=plan["separate_final_epoch"])
+        params = dict(
+            lengths=lengths_path,
+            seed=1234,
+            sequence_length=4096,
+            repeats=7,
+            budget_s=6.0,
+            num_epochs=plan["num_epochs"],
+            tokens_per_epoch=plan["tokens_per_epoch"],
+            separate_final_epoch=plan["separate_final_epoch"],
+        )
         # the shuffle's first range: every sample, or those before the separate final epoch
         params["shuffle_first"] = plan["shuffle_first_override"]
         tag = label.split()[0]
-        mc = run_side("bench_index_build:megatron_index",
-                      dict(params, out=str(work / f"mc-{tag}")))
-        tl = run_side("bench_index_build:tokenloom_index",
-                      dict(params, out=str(work / f"tl-{tag}")))
+        mc = run_side("bench_index_build:megatron_index", dict(params, out=str(work / f"mc-{tag}")))
+        tl = run_side(
+            "bench_index_build:tokenloom_index", dict(params, out=str(work / f"tl-{tag}"))
+        )
         check = {}
         if "error" not in mc and "error" not in tl:
             check = _compare(str(work / f"mc-{tag}"), str(work / f"tl-{tag}"))
-        rows.append(pair_row("4 GPT index build", f"{n_docs:,} docs, {label}", mc, tl,
-                             check=check))
+        rows.append(pair_row("4 GPT index build", f"{n_docs:,} docs, {label}", mc, tl, check=check))
     return rows

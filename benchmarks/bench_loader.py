@@ -64,11 +64,16 @@ def _children_anon_kib() -> list[int]:
 
 def _build_blend(side: str, params: dict[str, Any]) -> Any:
     classes = gpt_classes(side, builder=True)
-    desc = describe(sequence_length=params["seq"], path_to_cache=params["cache"] + "-" + side,
-                    blend=[params["prefixes"], [0.6, 0.4]])
+    desc = describe(
+        sequence_length=params["seq"],
+        path_to_cache=params["cache"] + "-" + side,
+        blend=[params["prefixes"], [0.6, 0.4]],
+    )
     config = config_for(side, desc)
     builder = classes["BlendedMegatronDatasetBuilder"]
-    return builder(classes["GPTDataset"], [params["samples"], 0, 0], lambda: True, config).build()[0]
+    return builder(classes["GPTDataset"], [params["samples"], 0, 0], lambda: True, config).build()[
+        0
+    ]
 
 
 def _loader(side: str, dataset: Any, params: dict[str, Any]) -> Any:
@@ -78,12 +83,21 @@ def _loader(side: str, dataset: Any, params: dict[str, Any]) -> Any:
 
     workers = params["workers"]
     if side == TOKENLOOM:
-        return build_pretraining_data_loader(dataset, 0, micro_batch_size=params["mbs"],
-                                             num_workers=workers, create_attention_mask=False)
+        return build_pretraining_data_loader(
+            dataset,
+            0,
+            micro_batch_size=params["mbs"],
+            num_workers=workers,
+            create_attention_mask=False,
+        )
     sampler = MegatronPretrainingSampler(len(dataset), 0, params["mbs"], 0, 1)
-    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=workers,
-                                       pin_memory=torch.cuda.is_available(),
-                                       persistent_workers=workers > 0)
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        num_workers=workers,
+        pin_memory=torch.cuda.is_available(),
+        persistent_workers=workers > 0,
+    )
 
 
 def _init_gloo(work: str) -> None:
@@ -96,8 +110,9 @@ def _init_gloo(work: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
 
 
-def _timed_pass(iterator: Any, params: dict[str, Any], saved: dict[str, Any],
-                memory: dict[str, list[int]]) -> float:
+def _timed_pass(
+    iterator: Any, params: dict[str, Any], saved: dict[str, Any], memory: dict[str, list[int]]
+) -> float:
     """Seconds for ``params["batches"]`` batches of ``iterator``; keeps the first batches
     in ``saved`` and the workers' memory in ``memory`` when those are empty."""
     keep, watch = not any(k.startswith("1.") for k in saved), not memory
@@ -139,14 +154,18 @@ def _side(side: str, params: dict[str, Any], probe: Any) -> dict[str, Any]:
         passes.append(_timed_pass(iterator, params, saved, memory))
     numpy.savez(params["out"], **saved)
     samples = params["batches"] * params["mbs"]
-    return {"min_s": min(passes), "samples_per_s": samples / min(passes),
-            "samples_per_s_first": samples / passes[0],
-            "samples_per_s_passes": [samples / t for t in passes],
-            "first_batch_s": first_s, "build_s": build_s,
-            "worker_anon_mib_early": [k / 1024 for k in memory.get("early", [])],
-            "worker_anon_mib_middle": [k / 1024 for k in memory.get("middle", [])],
-            "worker_anon_mib_late": [k / 1024 for k in memory.get("late", [])],
-            "length": len(dataset)}
+    return {
+        "min_s": min(passes),
+        "samples_per_s": samples / min(passes),
+        "samples_per_s_first": samples / passes[0],
+        "samples_per_s_passes": [samples / t for t in passes],
+        "first_batch_s": first_s,
+        "build_s": build_s,
+        "worker_anon_mib_early": [k / 1024 for k in memory.get("early", [])],
+        "worker_anon_mib_middle": [k / 1024 for k in memory.get("middle", [])],
+        "worker_anon_mib_late": [k / 1024 for k in memory.get("late", [])],
+        "length": len(dataset),
+    }
 
 
 def megatron_loader(params: dict[str, Any], probe: Any) -> dict[str, Any]:
@@ -160,42 +179,65 @@ def tokenloom_loader(params: dict[str, Any], probe: Any) -> dict[str, Any]:
 def _equal(a: str, b: str) -> bool:
     left, right = numpy.load(a), numpy.load(b)
     return sorted(left.files) == sorted(right.files) and all(
-        numpy.array_equal(left[k], right[k]) and left[k].dtype == right[k].dtype
-        for k in left.files)
+        numpy.array_equal(left[k], right[k]) and left[k].dtype == right[k].dtype for k in left.files
+    )
 
 
 def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batches", type=int, default=700,
-                        help="timed batches per run (at most 740: one pass over 6000 samples)")
-    parser.add_argument("--passes", type=int, default=3,
-                        help="timed passes per side, each by a fresh loader from sample 0 "
-                             "(samples/s: the best pass; the first pass is reported too)")
+    parser.add_argument(
+        "--batches",
+        type=int,
+        default=700,
+        help="timed batches per run (at most 740: one pass over 6000 samples)",
+    )
+    parser.add_argument(
+        "--passes",
+        type=int,
+        default=3,
+        help="timed passes per side, each by a fresh loader from sample 0 "
+        "(samples/s: the best pass; the first pass is reported too)",
+    )
     parser.add_argument("--data-dir", default=str(HERE / ".data" / "loader"))
     parser.add_argument("--json", default=None, help="also write the rows here")
     args = parser.parse_args(argv)
-    prefixes = [write_corpus(f"{args.data_dir}/c{i}", 12000 - 4000 * i, 40 + i, 900.0)["prefix"]
-                for i in range(2)]
+    prefixes = [
+        write_corpus(f"{args.data_dir}/c{i}", 12000 - 4000 * i, 40 + i, 900.0)["prefix"]
+        for i in range(2)
+    ]
     rows = []
     with tempfile.TemporaryDirectory(prefix="tlbench-loader-") as tmp:
         for workers in (0, 2):
-            params = dict(prefixes=prefixes, seq=4096, mbs=8, samples=6000, workers=workers,
-                          batches=args.batches, passes=max(1, args.passes),
-                          cache=f"{args.data_dir}/cache")
+            params = dict(
+                prefixes=prefixes,
+                seq=4096,
+                mbs=8,
+                samples=6000,
+                workers=workers,
+                batches=args.batches,
+                passes=max(1, args.passes),
+                cache=f"{args.data_dir}/cache",
+            )
             reports = {}
             for side in (MEGATRON, TOKENLOOM):
                 out = f"{tmp}/{side}{workers}.npz"
                 reports[side] = run_side(f"bench_loader:{side}_loader", dict(params, out=out))
             ok = all(not r.get("error") for r in reports.values())
-            row = {"workers": workers, **{f"{s}_{k}": v for s, r in reports.items()
-                                          for k, v in r.items()}}
+            row = {
+                "workers": workers,
+                **{f"{s}_{k}": v for s, r in reports.items() for k, v in r.items()},
+            }
             if ok:
-                row["speedup"] = (reports[TOKENLOOM]["samples_per_s"]
-                                  / reports[MEGATRON]["samples_per_s"])
-                row["speedup_first_pass"] = (reports[TOKENLOOM]["samples_per_s_first"]
-                                             / reports[MEGATRON]["samples_per_s_first"])
-                row["same_batches"] = _equal(f"{tmp}/{MEGATRON}{workers}.npz",
-                                             f"{tmp}/{TOKENLOOM}{workers}.npz")
+                row["speedup"] = (
+                    reports[TOKENLOOM]["samples_per_s"] / reports[MEGATRON]["samples_per_s"]
+                )
+                row["speedup_first_pass"] = (
+                    reports[TOKENLOOM]["samples_per_s_first"]
+                    / reports[MEGATRON]["samples_per_s_first"]
+                )
+                row["same_batches"] = _equal(
+                    f"{tmp}/{MEGATRON}{workers}.npz", f"{tmp}/{TOKENLOOM}{workers}.npz"
+                )
             rows.append(row)
             _print(row)
     if args.json:
@@ -207,13 +249,15 @@ def _print(row: dict[str, Any]) -> None:
     if "speedup" not in row:
         print(json.dumps(row, indent=1)[:3000])
         return
-    print(f"workers={row['workers']}: megatron {row['megatron_samples_per_s']:.0f} samples/s, "
-          f"tokenloom {row['tokenloom_samples_per_s']:.0f} samples/s, "
-          f"{row['speedup']:.1f}x (first pass: {row['megatron_samples_per_s_first']:.0f} vs "
-          f"{row['tokenloom_samples_per_s_first']:.0f}, {row['speedup_first_pass']:.1f}x); "
-          f"first batch {row['megatron_first_batch_s'] * 1e3:.0f} ms vs "
-          f"{row['tokenloom_first_batch_s'] * 1e3:.0f} ms (dataset build {row['megatron_build_s']:.2f}"
-          f" s vs {row['tokenloom_build_s']:.2f} s); same batches: {row['same_batches']}")
+    print(
+        f"workers={row['workers']}: megatron {row['megatron_samples_per_s']:.0f} samples/s, "
+        f"tokenloom {row['tokenloom_samples_per_s']:.0f} samples/s, "
+        f"{row['speedup']:.1f}x (first pass: {row['megatron_samples_per_s_first']:.0f} vs "
+        f"{row['tokenloom_samples_per_s_first']:.0f}, {row['speedup_first_pass']:.1f}x); "
+        f"first batch {row['megatron_first_batch_s'] * 1e3:.0f} ms vs "
+        f"{row['tokenloom_first_batch_s'] * 1e3:.0f} ms (dataset build {row['megatron_build_s']:.2f}"
+        f" s vs {row['tokenloom_build_s']:.2f} s); same batches: {row['same_batches']}"
+    )
     for side in (MEGATRON, TOKENLOOM):
         marks = [row[f"{side}_worker_anon_mib_{when}"] for when in ("early", "middle", "late")]
         if any(marks):

@@ -47,8 +47,11 @@ from tokenloom.packing import (  # noqa: E402
 )
 
 N, RANKS, LONG = 1024, 64, 32768
-LAYOUTS = (("cp1 x dp64, 32k/rank", 1, 64, 32768), ("cp4 x dp16, 8k/rank", 4, 16, 8192),
-           ("cp8 x dp8, 4k/rank", 8, 8, 4096))
+LAYOUTS = (
+    ("cp1 x dp64, 32k/rank", 1, 64, 32768),
+    ("cp4 x dp16, 8k/rank", 4, 16, 8192),
+    ("cp8 x dp8, 4k/rank", 8, 8, 4096),
+)
 MEGATRON_SIDE = r"""
 import json, sys, time, statistics, typing, warnings
 warnings.simplefilter("ignore")
@@ -115,8 +118,9 @@ def megatron_side(python: str, cases: list[dict]) -> list[dict] | None:
         spec.write_text(json.dumps(cases))
         script = Path(tmp) / "side.py"
         script.write_text(MEGATRON_SIDE)
-        proc = subprocess.run([python, str(script), str(spec), str(out)], capture_output=True,
-                              text=True, timeout=3600)
+        proc = subprocess.run(
+            [python, str(script), str(spec), str(out)], capture_output=True, text=True, timeout=3600
+        )
         if proc.returncode:
             print(proc.stderr[-2000:], file=sys.stderr)
             return None
@@ -131,7 +135,8 @@ def run(args: argparse.Namespace) -> list[dict]:
         dists: dict[str, Callable[[numpy.random.Generator], list[int]]] = {
             "lognormal": lambda r, cap=cap: lognormal(r, cap),
             "long tail (8 x 32k)": lambda r, cap=cap: long_tail(r, cap),
-            "stdlib corpora": lambda r, cap=cap: real(r, cap, pool)}
+            "stdlib corpora": lambda r, cap=cap: real(r, cap, pool),
+        }
         for dist, make in dists.items():
             rng = numpy.random.default_rng(2026)
             batches = [list(enumerate(make(rng))) for _ in range(args.batches)]
@@ -139,40 +144,58 @@ def run(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def measure(layout: str, dist: str, cp: int, dp: int, limit: int, batches: list, args: Any
-            ) -> dict:
-    out: dict[str, Any] = {"layout": layout, "lengths": dist,
-                           "bound": statistics.median(bound(items, cp, dp, limit) for items in batches)}
-    makers = {"dp_balanced": lambda: DpBalancedScheduler(limit, cp, dp, None),
-              "cost_balanced": lambda: CostBalancedScheduler(limit, cp, dp, None)}
+def measure(layout: str, dist: str, cp: int, dp: int, limit: int, batches: list, args: Any) -> dict:
+    out: dict[str, Any] = {
+        "layout": layout,
+        "lengths": dist,
+        "bound": statistics.median(bound(items, cp, dp, limit) for items in batches),
+    }
+    makers = {
+        "dp_balanced": lambda: DpBalancedScheduler(limit, cp, dp, None),
+        "cost_balanced": lambda: CostBalancedScheduler(limit, cp, dp, None),
+    }
     for name, make in makers.items():
         scores, times = [], []
         for items in batches:
             schedule, seconds = median_time(
-                lambda make=make, items=items: make().get_groups_and_subsamples(items),
-                args.repeats)
+                lambda make=make, items=items: make().get_groups_and_subsamples(items), args.repeats
+            )
             scores.append(imbalance(rank_times(schedule, dict(items))))
             times.append(seconds)
-        out[name] = {"imbalance": statistics.median(scores), "ms": 1e3 * statistics.median(times),
-                     "per_batch": scores}
+        out[name] = {
+            "imbalance": statistics.median(scores),
+            "ms": 1e3 * statistics.median(times),
+            "per_batch": scores,
+        }
     scores, times, mine = [], [], []
     for items in batches:
         (_, ids), seconds = median_time(
-            lambda items=items: BalancedCPScheduler(limit, RANKS)
-            .get_groups_and_subsamples(items), args.repeats)
+            lambda items=items: BalancedCPScheduler(limit, RANKS).get_groups_and_subsamples(items),
+            args.repeats,
+        )
         scores.append(imbalance(rank_times(ids, dict(items))))
         times.append(seconds)
         mine.append(ids)
-    out["balanced_cp"] = {"imbalance": statistics.median(scores),
-                          "ms": 1e3 * statistics.median(times), "per_batch": scores}
+    out["balanced_cp"] = {
+        "imbalance": statistics.median(scores),
+        "ms": 1e3 * statistics.median(times),
+        "per_batch": scores,
+    }
     bounds = [bound(items, cp, dp, limit) for items in batches]
     out["bounds"] = bounds
     out["cost_balanced"]["met"] = sum(
-        c <= max(1.05, 1.001 * b) and c <= 1.0001 * min(d, m) for c, b, d, m in zip(
-            out["cost_balanced"]["per_batch"], bounds, out["dp_balanced"]["per_batch"], scores))
-    theirs = megatron_side(args.megatron_python, [
-        {"items": items, "limit": limit, "ranks": RANKS, "repeats": args.repeats}
-        for items in batches])
+        c <= max(1.05, 1.001 * b) and c <= 1.0001 * min(d, m)
+        for c, b, d, m in zip(
+            out["cost_balanced"]["per_batch"], bounds, out["dp_balanced"]["per_batch"], scores
+        )
+    )
+    theirs = megatron_side(
+        args.megatron_python,
+        [
+            {"items": items, "limit": limit, "ranks": RANKS, "repeats": args.repeats}
+            for items in batches
+        ],
+    )
     if theirs is not None:
         same = all(t["ids"] == [[list(r) for r in m] for m in ids] for t, ids in zip(theirs, mine))
         out["balanced_cp"]["megatron_ms"] = 1e3 * statistics.median(t["seconds"] for t in theirs)
@@ -191,17 +214,21 @@ def bound(items: list, cp: int, dp: int, limit: int) -> float:
     costs = numpy.sort(lengths + lengths * lengths / 4096)[::-1]
     mean = float(costs.sum()) / dp
     least = max(1, -(-int(lengths.sum()) // (dp * limit * cp)))
-    alone = float(costs[0] + (costs[len(costs) - least + 1:].sum() if least > 1 else 0.0))
-    shared = max((float(costs[j * dp - j: j * dp + 1].sum())
-                  for j in range(1, (len(costs) - 1) // dp + 1)), default=0.0)
+    alone = float(costs[0] + (costs[len(costs) - least + 1 :].sum() if least > 1 else 0.0))
+    shared = max(
+        (float(costs[j * dp - j : j * dp + 1].sum()) for j in range(1, (len(costs) - 1) // dp + 1)),
+        default=0.0,
+    )
     return max(1.0, alone / mean, shared / mean)
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| layout | lengths | best possible | DpBalanced (= Megatron-LM) "
-             "| BalancedCP (= megatron-core) | CostBalanced | time DpBalanced "
-             "| time BalancedCP tokenloom / megatron-core | time CostBalanced | target met |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| layout | lengths | best possible | DpBalanced (= Megatron-LM) "
+        "| BalancedCP (= megatron-core) | CostBalanced | time DpBalanced "
+        "| time BalancedCP tokenloom / megatron-core | time CostBalanced | target met |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         b = r["balanced_cp"]
         mc = f"{b['megatron_ms']:.1f} ms" if "megatron_ms" in b else "n/a"
@@ -212,7 +239,8 @@ def table(rows: list[dict]) -> str:
             f"| {b['imbalance']:.3f} | {r['cost_balanced']['imbalance']:.3f} "
             f"| {r['dp_balanced']['ms']:.2f} ms | {b['ms']:.1f} ms / {mc}{same} "
             f"| {r['cost_balanced']['ms']:.2f} ms "
-            f"| {r['cost_balanced']['met']}/{len(r['cost_balanced']['per_batch'])} |")
+            f"| {r['cost_balanced']['met']}/{len(r['cost_balanced']['per_batch'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -220,8 +248,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, default=5, help="global batches per row")
     parser.add_argument("--repeats", type=int, default=7, help="timed calls per batch")
-    parser.add_argument("--megatron-python", default=str(ROOT / ".bench-venv" / "bin" / "python"),
-                        help="interpreter with megatron-core 0.16.1 installed")
+    parser.add_argument(
+        "--megatron-python",
+        default=str(ROOT / ".bench-venv" / "bin" / "python"),
+        help="interpreter with megatron-core 0.16.1 installed",
+    )
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
     rows = run(args)

@@ -87,13 +87,24 @@ def build_tokenizers(workdir: str, texts: list[str], vocab_size: int) -> dict[st
     with open(sample_path, "w", encoding="utf-8") as handle:
         handle.write("\n".join(line for text in sample for line in text.splitlines() if line))
     sentencepiece.SentencePieceTrainer.train(
-        input=sample_path, model_prefix=os.path.join(workdir, "spm"), vocab_size=vocab_size,
-        model_type="bpe", character_coverage=1.0, byte_fallback=True, minloglevel=2,
-        max_sentence_length=1 << 16, input_sentence_size=200_000, shuffle_input_sentence=False,
-        num_threads=2)
-    return {"hf-bpe": f"hf:{hf_path}", "tiktoken": f"tiktoken:{tiktoken_path}",
-            "sentencepiece": f"sentencepiece:{os.path.join(workdir, 'spm.model')}",
-            "bytes": "bytes"}
+        input=sample_path,
+        model_prefix=os.path.join(workdir, "spm"),
+        vocab_size=vocab_size,
+        model_type="bpe",
+        character_coverage=1.0,
+        byte_fallback=True,
+        minloglevel=2,
+        max_sentence_length=1 << 16,
+        input_sentence_size=200_000,
+        shuffle_input_sentence=False,
+        num_threads=2,
+    )
+    return {
+        "hf-bpe": f"hf:{hf_path}",
+        "tiktoken": f"tiktoken:{tiktoken_path}",
+        "sentencepiece": f"sentencepiece:{os.path.join(workdir, 'spm.model')}",
+        "bytes": "bytes",
+    }
 
 
 def raw_encode(tokenizer, texts: list[str]) -> int:
@@ -169,8 +180,9 @@ def _timed_pipeline(spec: str, paths: list[str], out: str, workers: int):
         ready.join()
     tokenizer = load_tokenizer(spec)
     cpu = time.process_time()
-    summary = preprocess(paths, out, tokenizer, json_keys=["text"], workers=workers,
-                         show_progress=False)
+    summary = preprocess(
+        paths, out, tokenizer, json_keys=["text"], workers=workers, show_progress=False
+    )
     cpu = time.process_time() - cpu + summary.worker_cpu_seconds
     return summary.tokens, summary.seconds, cpu
 
@@ -206,8 +218,9 @@ def _sides(workers: list[int], round_number: int) -> list[Union[str, int]]:
     return sides if round_number % 2 == 0 else sides[::-1]
 
 
-def measure(spec: str, paths: list[str], workdir: str, workers: list[int],
-            repeats: int) -> dict[str, Any]:
+def measure(
+    spec: str, paths: list[str], workdir: str, workers: list[int], repeats: int
+) -> dict[str, Any]:
     """Per round, every side once: tokens/s (wall) and tokens per CPU second of each."""
     rounds: list[dict[str, float]] = []
     raw_tokens = None
@@ -220,8 +233,9 @@ def measure(spec: str, paths: list[str], workdir: str, workers: list[int],
                 raw_tokens = tokens
             rates[name], rates[f"{name} cpu"] = tokens / wall, tokens / max(cpu, 1e-9)
             if name != "raw" and raw_tokens is not None and tokens != raw_tokens:
-                raise RuntimeError(f"{spec}: preprocess wrote {tokens} tokens, the raw encoder "
-                                   f"gave {raw_tokens}")
+                raise RuntimeError(
+                    f"{spec}: preprocess wrote {tokens} tokens, the raw encoder gave {raw_tokens}"
+                )
         rounds.append(rates)
     best: dict[str, Any] = {key: max(rates[key] for rates in rounds) for key in rounds[0]}
     best["tokens"] = float(raw_tokens)
@@ -252,41 +266,58 @@ def derive(row: dict[str, Any], workers: list[int], cores: int) -> dict[str, flo
             out[f"w{count}/w{workers[0]} best"] = row[side] / row[first]
             cpu_ratio = _paired(rounds, f"{side} cpu", f"{first} cpu")
             out[f"w{count}/w{workers[0]} cpu-predicted"] = (
-                min(count, cores) / min(workers[0], cores) * cpu_ratio)
+                min(count, cores) / min(workers[0], cores) * cpu_ratio
+            )
     return out
 
 
 def report(results: dict[str, dict[str, Any]], workers: list[int]) -> None:
     """Two tables: measured wall-clock rates and ratios, then CPU-time efficiencies."""
     names, first = list(results), workers[0]
-    print(f"\nwall clock: best tok/s; ratios = median of same-round pairs (ratio of bests)\n"
-          f"{'tokenizer':<14}{'tokens':>11}{'raw tok/s':>14}"
-          + "".join(f"{f'w={c} tok/s':>13}{f'w={c}/raw':>15}" for c in workers)
-          + "".join(f"{f'w={c}/w={first}':>15}" for c in workers[1:]))
+    print(
+        f"\nwall clock: best tok/s; ratios = median of same-round pairs (ratio of bests)\n"
+        f"{'tokenizer':<14}{'tokens':>11}{'raw tok/s':>14}"
+        + "".join(f"{f'w={c} tok/s':>13}{f'w={c}/raw':>15}" for c in workers)
+        + "".join(f"{f'w={c}/w={first}':>15}" for c in workers[1:])
+    )
     for name in names:
         row, ratios = results[name], results[name]["ratios"]
-        print(f"{name:<14}{row['tokens']:>11,.0f}{row['raw']:>14,.0f}"
-              + "".join(f"{row[f'workers={c}']:>13,.0f}{ratios[f'w{c}/raw']:>8.2f} "
-                        f"({ratios[f'w{c}/raw best']:.2f})" for c in workers)
-              + "".join(f"{ratios[f'w{c}/w{first}']:>8.2f} ({ratios[f'w{c}/w{first} best']:.2f})"
-                        for c in workers[1:]))
-    print(f"\nCPU time (raw tokens per CPU-s / pipeline tokens per CPU-s, all processes; "
-          f"median of same-round pairs)\n{'tokenizer':<14}{'raw tok/cpu-s':>14}"
-          + "".join(f"{f'w={c} eff':>10}" for c in workers)
-          + "".join(f"{f'w={c}/w={first} pred':>16}" for c in workers[1:]))
+        print(
+            f"{name:<14}{row['tokens']:>11,.0f}{row['raw']:>14,.0f}"
+            + "".join(
+                f"{row[f'workers={c}']:>13,.0f}{ratios[f'w{c}/raw']:>8.2f} "
+                f"({ratios[f'w{c}/raw best']:.2f})"
+                for c in workers
+            )
+            + "".join(
+                f"{ratios[f'w{c}/w{first}']:>8.2f} ({ratios[f'w{c}/w{first} best']:.2f})"
+                for c in workers[1:]
+            )
+        )
+    print(
+        f"\nCPU time (raw tokens per CPU-s / pipeline tokens per CPU-s, all processes; "
+        f"median of same-round pairs)\n{'tokenizer':<14}{'raw tok/cpu-s':>14}"
+        + "".join(f"{f'w={c} eff':>10}" for c in workers)
+        + "".join(f"{f'w={c}/w={first} pred':>16}" for c in workers[1:])
+    )
     for name in names:
         row, ratios = results[name], results[name]["ratios"]
-        print(f"{name:<14}{row['raw cpu']:>14,.0f}"
-              + "".join(f"{ratios[f'w{c} cpu efficiency']:>10.2f}" for c in workers)
-              + "".join(f"{ratios[f'w{c}/w{first} cpu-predicted']:>16.2f}"
-                        for c in workers[1:]))
+        print(
+            f"{name:<14}{row['raw cpu']:>14,.0f}"
+            + "".join(f"{ratios[f'w{c} cpu efficiency']:>10.2f}" for c in workers)
+            + "".join(f"{ratios[f'w{c}/w{first} cpu-predicted']:>16.2f}" for c in workers[1:])
+        )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-mb", type=float, default=3.0, help="source text to use (MB)")
-    parser.add_argument("--repeats", type=int, default=6,
-                        help="rounds; each measures every side once (raw first, then last)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=6,
+        help="rounds; each measures every side once (raw first, then last)",
+    )
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--workers", default="1,2", help="worker counts to measure")
     parser.add_argument("--tokenizers", default="hf-bpe,tiktoken,sentencepiece,bytes")
@@ -301,20 +332,31 @@ def main(argv=None) -> dict:
         paths, texts = build_corpus(workdir, args.max_mb)
         specs = build_tokenizers(workdir, texts, args.vocab_size)
         megabytes = sum(len(text.encode("utf-8")) for text in texts) / 1e6
-        print(f"corpus: {len(texts):,} documents, {megabytes:.1f} MB of stdlib text; "
-              f"{os.cpu_count()} cores; {args.repeats} rounds")
+        print(
+            f"corpus: {len(texts):,} documents, {megabytes:.1f} MB of stdlib text; "
+            f"{os.cpu_count()} cores; {args.repeats} rounds"
+        )
         load_before = os.getloadavg()[0]
         results = {}
         for name in args.tokenizers.split(","):
             results[name] = measure(specs[name], paths, workdir, workers, args.repeats)
             results[name]["ratios"] = derive(results[name], workers, os.cpu_count() or 1)
     report(results, workers)
-    out = {"bench": "preprocess", "documents": len(texts), "megabytes": round(megabytes, 2),
-           "cores": os.cpu_count(), "repeats": args.repeats, "seconds": 0.0,
-           "loadavg": [load_before, os.getloadavg()[0]], "results": results}
+    out = {
+        "bench": "preprocess",
+        "documents": len(texts),
+        "megabytes": round(megabytes, 2),
+        "cores": os.cpu_count(),
+        "repeats": args.repeats,
+        "seconds": 0.0,
+        "loadavg": [load_before, os.getloadavg()[0]],
+        "results": results,
+    }
     out["seconds"] = round(time.perf_counter() - started, 1)
-    print(f"\nload average {load_before:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
-          f"cores; {out['seconds']:.0f} s in all")
+    print(
+        f"\nload average {load_before:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
+        f"cores; {out['seconds']:.0f} s in all"
+    )
     print(f"{JSON_MARKER} {json.dumps(out)}")
     return out
 

@@ -64,8 +64,11 @@ def build_inputs(workdir: str, max_mb: float) -> dict[str, Any]:
                 break
     tokenizer = os.path.join(workdir, "bpe.json")
     train_byte_level_bpe(sample, 8000, tokenizer)
-    return {"paths": paths, "spec": f"hf:{tokenizer}",
-            "bytes": sum(os.path.getsize(path) for path in paths)}
+    return {
+        "paths": paths,
+        "spec": f"hf:{tokenizer}",
+        "bytes": sum(os.path.getsize(path) for path in paths),
+    }
 
 
 def child_local(spec: str, paths: list[str], out: str) -> dict[str, Any]:
@@ -83,17 +86,28 @@ def child_ray(spec: str, paths: list[str], out: str, cpus: int, shards: int) -> 
 
     tokenizer = load_tokenizer(spec)
     started = time.perf_counter()
-    ray.init(num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=False, configure_logging=False)
+    ray.init(
+        num_cpus=cpus,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        configure_logging=False,
+    )
     start = time.perf_counter() - started
     summary = preprocess_ray(paths, out, tokenizer, num_shards=shards, show_progress=False)
     stopped = time.perf_counter()
     ray.shutdown()
     stop = time.perf_counter() - stopped
-    return {"tokens": summary.tokens, "start": start, "run": summary.seconds, "stop": stop,
-            "merge_s": summary.merge_seconds, "merge_bytes": summary.merge_bytes,
-            "shard_s": [s.seconds for s in summary.shards],
-            "shard_bytes": [s.nbytes for s in summary.shards]}
+    return {
+        "tokens": summary.tokens,
+        "start": start,
+        "run": summary.seconds,
+        "stop": stop,
+        "merge_s": summary.merge_seconds,
+        "merge_bytes": summary.merge_bytes,
+        "shard_s": [s.seconds for s in summary.shards],
+        "shard_bytes": [s.nbytes for s in summary.shards],
+    }
 
 
 def child_merge(workdir: str, shards: int = 8, mib: int = 64) -> dict[str, Any]:
@@ -119,8 +133,11 @@ def child_merge(workdir: str, shards: int = 8, mib: int = 64) -> dict[str, Any]:
         out.flush()
         os.fsync(out.fileno())
     copy = time.perf_counter() - started
-    return {"merge_gbps": stats.gigabytes_per_second, "copy_gbps": stats.nbytes / 1e9 / copy,
-            "bytes": stats.nbytes}
+    return {
+        "merge_gbps": stats.gigabytes_per_second,
+        "copy_gbps": stats.nbytes / 1e9 / copy,
+        "bytes": stats.nbytes,
+    }
 
 
 def run_child(argv: list[str]) -> None:
@@ -138,11 +155,23 @@ def measure(side: str, spec: str, paths: list[str], workdir: str, shards: int) -
     """One measurement in a fresh process, in a fresh output folder."""
     out_dir = tempfile.mkdtemp(dir=workdir)
     try:
-        command = [sys.executable, os.path.abspath(__file__), "--child", side, spec,
-                   os.path.join(out_dir, "out") if side != "merge" else out_dir, str(shards),
-                   *paths]
-        done = subprocess.run(command, capture_output=True, text=True, check=False,
-                              env={**os.environ, "RAY_TMPDIR": workdir})
+        command = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--child",
+            side,
+            spec,
+            os.path.join(out_dir, "out") if side != "merge" else out_dir,
+            str(shards),
+            *paths,
+        ]
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "RAY_TMPDIR": workdir},
+        )
         if done.returncode != 0:
             raise RuntimeError(f"{side}: measurement failed:\n{done.stderr[-3000:]}")
         return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -152,8 +181,11 @@ def measure(side: str, spec: str, paths: list[str], workdir: str, shards: int) -
 
 def _span(values: list[float], fmt: str = "{:,.0f}") -> str:
     low, high = min(values), max(values)
-    return fmt.format(low) if fmt.format(low) == fmt.format(high) else \
-        f"{fmt.format(low)}-{fmt.format(high)}"
+    return (
+        fmt.format(low)
+        if fmt.format(low) == fmt.format(high)
+        else f"{fmt.format(low)}-{fmt.format(high)}"
+    )
 
 
 def report(runs: dict[str, list[dict[str, Any]]], corpus_bytes: int) -> dict[str, Any]:
@@ -169,14 +201,22 @@ def report(runs: dict[str, list[dict[str, Any]]], corpus_bytes: int) -> dict[str
         e2e = [r["tokens"] / t for r, t in zip(results, total)]
         start = [r.get("start", 0.0) for r in results]
         stop = [r.get("stop", 0.0) for r in results]
-        print(f"{side:<8} {_span(run_rate):>20} {_span(e2e):>20} {_span(start, '{:.2f}'):>11} "
-              f"{_span(stop, '{:.2f}'):>10}")
-        numbers[side] = {"run_tokens_per_s": run_rate, "e2e_tokens_per_s": e2e,
-                         "start_s": start, "stop_s": stop}
+        print(
+            f"{side:<8} {_span(run_rate):>20} {_span(e2e):>20} {_span(start, '{:.2f}'):>11} "
+            f"{_span(stop, '{:.2f}'):>10}"
+        )
+        numbers[side] = {
+            "run_tokens_per_s": run_rate,
+            "e2e_tokens_per_s": e2e,
+            "start_s": start,
+            "stop_s": stop,
+        }
     merges = runs["merge"]
-    print(f"merge of {merges[0]['bytes'] / 2**20:,.0f} MiB: "
-          f"{_span([m['merge_gbps'] for m in merges], '{:.2f}')} GB/s; plain sequential copy "
-          f"of the same bytes: {_span([m['copy_gbps'] for m in merges], '{:.2f}')} GB/s")
+    print(
+        f"merge of {merges[0]['bytes'] / 2**20:,.0f} MiB: "
+        f"{_span([m['merge_gbps'] for m in merges], '{:.2f}')} GB/s; plain sequential copy "
+        f"of the same bytes: {_span([m['copy_gbps'] for m in merges], '{:.2f}')} GB/s"
+    )
     numbers["merge"] = merges
     return numbers
 
@@ -194,20 +234,32 @@ def scaling_model(rounds: list[dict[str, Any]], merges: list[dict[str, Any]]) ->
     merge = statistics.median(m["merge_gbps"] for m in merges) * 1e9
     start = statistics.median(r["start"] for r in rounds)
     corpus, slots = 1e12, 16
-    print(f"\nscaling model: {rate / 1e6:.2f} MB/s of input per task slot (rounds: "
-          f"{_span([r / 1e6 for r in rates], '{:.2f}')}), .bin = {out_ratio:.2f} x input, "
-          f"merge {merge / 1e9:.2f} GB/s, start {start:.1f} s")
-    print(f"1 TB of JSONL on N machines of {slots} slots: T = start + 1 TB / (N x {slots} x "
-          "rate) + .bin / merge rate")
+    print(
+        f"\nscaling model: {rate / 1e6:.2f} MB/s of input per task slot (rounds: "
+        f"{_span([r / 1e6 for r in rates], '{:.2f}')}), .bin = {out_ratio:.2f} x input, "
+        f"merge {merge / 1e9:.2f} GB/s, start {start:.1f} s"
+    )
+    print(
+        f"1 TB of JSONL on N machines of {slots} slots: T = start + 1 TB / (N x {slots} x "
+        "rate) + .bin / merge rate"
+    )
     rows = []
     for machines in (1, 4, 16, 64, 256):
         tokenize = corpus / (machines * slots * rate)
         merging = corpus * out_ratio / merge
-        rows.append({"machines": machines, "tokenize_h": tokenize / 3600,
-                     "merge_h": merging / 3600, "total_h": (start + tokenize + merging) / 3600})
-        print(f"  N={machines:>3}: tokenise {tokenize / 3600:8.2f} h + merge "
-              f"{merging / 3600:5.2f} h = {(start + tokenize + merging) / 3600:8.2f} h "
-              f"(--no-merge: {(start + tokenize) / 3600:.2f} h)")
+        rows.append(
+            {
+                "machines": machines,
+                "tokenize_h": tokenize / 3600,
+                "merge_h": merging / 3600,
+                "total_h": (start + tokenize + merging) / 3600,
+            }
+        )
+        print(
+            f"  N={machines:>3}: tokenise {tokenize / 3600:8.2f} h + merge "
+            f"{merging / 3600:5.2f} h = {(start + tokenize + merging) / 3600:8.2f} h "
+            f"(--no-merge: {(start + tokenize) / 3600:.2f} h)"
+        )
     return {"rate_per_slot": rates, "out_ratio": out_ratio, "merge_bps": merge, "rows": rows}
 
 
@@ -226,10 +278,11 @@ def main() -> None:
         sides = ["local", "ray-1", "ray-2", "merge"]
         runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
         for round_number in range(args.rounds):
-            order = sides[round_number % len(sides):] + sides[:round_number % len(sides)]
+            order = sides[round_number % len(sides) :] + sides[: round_number % len(sides)]
             for side in order:
-                runs[side].append(measure(side, inputs["spec"], inputs["paths"], workdir,
-                                          args.shards))
+                runs[side].append(
+                    measure(side, inputs["spec"], inputs["paths"], workdir, args.shards)
+                )
                 print(f"round {round_number + 1}: {side} done", flush=True)
         numbers = report(runs, inputs["bytes"])
         numbers["model"] = scaling_model(runs["ray-1"] + runs["ray-2"], runs["merge"])

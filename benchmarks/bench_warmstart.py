@@ -45,8 +45,13 @@ def _build_side(side: str, params: dict[str, Any], probe) -> dict[str, Any]:
     classes = gpt_classes(side, builder=True)
     if side == TOKENLOOM:  # import what tokenloom imports lazily, as torch is for megatron;
         # torch too: a training process has it loaded, and tokenloom asks torch.distributed
-        for name in ("torch", "numba", "tokenloom.index", "tokenloom.cache",
-                     "tokenloom.datasets.blended"):
+        for name in (
+            "torch",
+            "numba",
+            "tokenloom.index",
+            "tokenloom.cache",
+            "tokenloom.datasets.blended",
+        ):
             try:
                 importlib.import_module(name)
             except ImportError:
@@ -62,19 +67,28 @@ def _build_side(side: str, params: dict[str, Any], probe) -> dict[str, Any]:
     def start():
         fds0 = _open_fds()
         t0 = time.perf_counter()
-        desc = describe(blend=[blend["prefixes"], blend["weights"]],
-                        path_to_cache=params["cache"], split="100,0,0",
-                        mid_level_dataset_surplus=params.get("surplus", 0.05))
+        desc = describe(
+            blend=[blend["prefixes"], blend["weights"]],
+            path_to_cache=params["cache"],
+            split="100,0,0",
+            mid_level_dataset_surplus=params.get("surplus", 0.05),
+        )
         config = config_for(side, desc)
         builder = classes["BlendedMegatronDatasetBuilder"](
-            classes["GPTDataset"], [params["size"], 0, 0], lambda: True, config)
+            classes["GPTDataset"], [params["size"], 0, 0], lambda: True, config
+        )
         train = builder.build()[0]
         t1 = time.perf_counter()
         first = train[0]
         t2 = time.perf_counter()
-        return {"min_s": t2 - t0, "build_s": t1 - t0, "first_sample_s": t2 - t1,
-                "x_len": len(train), "x_first_tokens_sum": int(first["tokens"].sum()),
-                "x_fds_per_prefix": (_open_fds() - fds0) / len(blend["prefixes"])}
+        return {
+            "min_s": t2 - t0,
+            "build_s": t1 - t0,
+            "first_sample_s": t2 - t1,
+            "x_len": len(train),
+            "x_first_tokens_sum": int(first["tokens"].sum()),
+            "x_fds_per_prefix": (_open_fds() - fds0) / len(blend["prefixes"]),
+        }
 
     if not params.get("profile"):
         result = start()
@@ -100,12 +114,15 @@ def tokenloom_start(params, probe):
     return _build_side(TOKENLOOM, params, probe)
 
 
-SIDES = (("megatron", "bench_warmstart:megatron_start"),
-         ("tokenloom", "bench_warmstart:tokenloom_start"))
+SIDES = (
+    ("megatron", "bench_warmstart:megatron_start"),
+    ("tokenloom", "bench_warmstart:tokenloom_start"),
+)
 
 
-def _measure(n: int, ctx: dict[str, Any], blend_file: str, sides, warm_runs: int,
-             fds: dict[str, float]) -> dict:
+def _measure(
+    n: int, ctx: dict[str, Any], blend_file: str, sides, warm_runs: int, fds: dict[str, float]
+) -> dict:
     """Cold then warm, ``warm_runs`` times each per side (the best run of each counts);
     returns {side: {cold, warm}}.
 
@@ -118,8 +135,10 @@ def _measure(n: int, ctx: dict[str, Any], blend_file: str, sides, warm_runs: int
     for name, target in sides:
         need = fds.get(name, 0) * n + 64
         if need > limit:
-            why = {"error": f"skipped: needs about {need:,.0f} open files ({fds[name]:.1f} per "
-                            f"prefix, measured at the smaller count), limit here {limit:,}"}
+            why = {
+                "error": f"skipped: needs about {need:,.0f} open files ({fds[name]:.1f} per "
+                f"prefix, measured at the smaller count), limit here {limit:,}"
+            }
             out[name] = {"cold": why, "warm": why}
             continue
         cache = work / f"cache-{name}-{n}"
@@ -144,8 +163,10 @@ def _measure(n: int, ctx: dict[str, Any], blend_file: str, sides, warm_runs: int
             shutil.rmtree(cold_cache, ignore_errors=True)
             cold_prof = run_side(target, dict(params, profile=True, cache=str(cold_cache)))
             shutil.rmtree(cold_cache, ignore_errors=True)
-            out[name]["profile"] = {"warm": warm_prof.get("profile"),
-                                    "cold": cold_prof.get("profile")}
+            out[name]["profile"] = {
+                "warm": warm_prof.get("profile"),
+                "cold": cold_prof.get("profile"),
+            }
     return out
 
 
@@ -154,19 +175,27 @@ def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
 
     quick = ctx["quick"]
     counts = [100, 400] if quick else [1000, 3000, 10000]
-    prefixes = write_many(str(Path(ctx["data"]) / "many"), max(counts), docs_per_prefix=40,
-                          seed=100, median=300)
+    prefixes = write_many(
+        str(Path(ctx["data"]) / "many"), max(counts), docs_per_prefix=40, seed=100, median=300
+    )
     work = Path(ctx["work"]) / "warmstart"
     work.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     fds: dict[str, float] = {}
     for k, n in enumerate(counts):
         blend_file = work / f"blend-{n}.json"
-        blend_file.write_text(json.dumps({"prefixes": prefixes[:n],
-                                          "weights": blend_weights(n, seed=n)}))
+        blend_file.write_text(
+            json.dumps({"prefixes": prefixes[:n], "weights": blend_weights(n, seed=n)})
+        )
         sides = SIDES if (k == 0 or ctx.get("megatron_at_scale", True)) else SIDES[1:]
-        res = _measure(n, dict(ctx, profile=ctx.get("profile", True) and k == 0),
-                       str(blend_file), sides, warm_runs=2 if k == 0 else 1, fds=fds)
+        res = _measure(
+            n,
+            dict(ctx, profile=ctx.get("profile", True) and k == 0),
+            str(blend_file),
+            sides,
+            warm_runs=2 if k == 0 else 1,
+            fds=fds,
+        )
         for name in res:
             per = res[name]["warm"].get("x_fds_per_prefix")
             if per is not None and name not in fds:
@@ -174,16 +203,22 @@ def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
         mc = res.get("megatron", {"cold": {"error": "skipped"}, "warm": {"error": "skipped"}})
         tl = res["tokenloom"]
         for phase in ("warm", "cold"):
-            row = pair_row("3 warm start" if phase == "warm" else "3 cold start",
-                           f"{n:,} prefixes, {phase}, build + first sample",
-                           mc[phase], tl[phase])
+            row = pair_row(
+                "3 warm start" if phase == "warm" else "3 cold start",
+                f"{n:,} prefixes, {phase}, build + first sample",
+                mc[phase],
+                tl[phase],
+            )
             for side, rep in (("megatron", mc[phase]), ("tokenloom", tl[phase])):
                 for key in ("build_s", "first_sample_s", "import_s"):
                     if key in rep:
                         row[f"{side}_{key}"] = rep[key]
             row["n_prefixes"] = n
-            row["profiles"] = {s: res[s]["profile"][phase] for s in res
-                               if res[s].get("profile") and res[s]["profile"].get(phase)}
+            row["profiles"] = {
+                s: res[s]["profile"][phase]
+                for s in res
+                if res[s].get("profile") and res[s]["profile"].get(phase)
+            }
             if rep_equal(mc[phase], tl[phase]) is not None:
                 row["equal"] = rep_equal(mc[phase], tl[phase])
             rows.append(row)
@@ -201,5 +236,6 @@ def rep_equal(mc: dict, tl: dict):
     """Same blend length and same first sample (token sum) on both sides, when both ran."""
     if "error" in mc or "error" in tl:
         return None
-    return mc.get("x_len") == tl.get("x_len") and \
-        mc.get("x_first_tokens_sum") == tl.get("x_first_tokens_sum")
+    return mc.get("x_len") == tl.get("x_len") and mc.get("x_first_tokens_sum") == tl.get(
+        "x_first_tokens_sum"
+    )

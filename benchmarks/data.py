@@ -69,8 +69,16 @@ def _write_one(prefix: str, lengths: numpy.ndarray, rng: numpy.random.Generator,
 
 def write_corpus(prefix: str, n_docs: int, seed: int, median: float, sigma: float = 1.0) -> dict:
     """Write (or reuse) one corpus at ``prefix``; returns its description."""
-    params = dict(kind="corpus", n_docs=n_docs, seed=seed, median=median, sigma=sigma,
-                  vocab=VOCAB_SIZE, eod=EOD, dtype="uint16")
+    params = dict(
+        kind="corpus",
+        n_docs=n_docs,
+        seed=seed,
+        median=median,
+        sigma=sigma,
+        vocab=VOCAB_SIZE,
+        eod=EOD,
+        dtype="uint16",
+    )
     stamp = Path(prefix + ".stamp.json")
     lengths = doc_lengths(n_docs, seed, median, sigma)
     if not _stamp_ok(stamp, params):
@@ -81,8 +89,14 @@ def write_corpus(prefix: str, n_docs: int, seed: int, median: float, sigma: floa
     return dict(params, prefix=prefix, tokens=int(lengths.sum()))
 
 
-def write_many(directory: str, n_prefixes: int, docs_per_prefix: int, seed: int,
-               median: float, sigma: float = 1.0) -> list[str]:
+def write_many(
+    directory: str,
+    n_prefixes: int,
+    docs_per_prefix: int,
+    seed: int,
+    median: float,
+    sigma: float = 1.0,
+) -> list[str]:
     """Write (or reuse) ``n_prefixes`` small corpora ``directory/p00000`` ... for blends.
 
     Prefix i has ``docs_per_prefix`` documents drawn with seed ``seed + i``; asking for
@@ -90,8 +104,16 @@ def write_many(directory: str, n_prefixes: int, docs_per_prefix: int, seed: int,
     """
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
-    params = dict(kind="many", docs_per_prefix=docs_per_prefix, seed=seed, median=median,
-                  sigma=sigma, vocab=VOCAB_SIZE, eod=EOD, dtype="uint16")
+    params = dict(
+        kind="many",
+        docs_per_prefix=docs_per_prefix,
+        seed=seed,
+        median=median,
+        sigma=sigma,
+        vocab=VOCAB_SIZE,
+        eod=EOD,
+        dtype="uint16",
+    )
     stamp = root / "stamp.json"
     done = 0
     if _stamp_ok(stamp, {**params, "n_prefixes": _read_count(stamp)}):

@@ -14,26 +14,74 @@ from typing import Any
 # (category, test on (filename, funcname)), first match wins
 CATEGORIES: list[tuple[str, Any]] = [
     ("fsync", lambda f, n: "fsync" in n),
-    ("numba compile / cache load", lambda f, n: "/numba/" in f or "llvmlite" in f
-     or "marshal.loads" in n),
-    ("open/close files", lambda f, n: any(s in n for s in (
-        "io.open", "builtins.open", "posix.open", "method 'close'", "posix.close",
-        "__exit__' of '_io"))),
+    (
+        "numba compile / cache load",
+        lambda f, n: "/numba/" in f or "llvmlite" in f or "marshal.loads" in n,
+    ),
+    (
+        "open/close files",
+        lambda f, n: any(
+            s in n
+            for s in (
+                "io.open",
+                "builtins.open",
+                "posix.open",
+                "method 'close'",
+                "posix.close",
+                "__exit__' of '_io",
+            )
+        ),
+    ),
     ("mmap", lambda f, n: "mmap" in n or f.endswith("memmap.py")),
-    ("stat/exists", lambda f, n: any(s in n for s in ("posix.stat", "posix.lstat",
-                                                     "posix.fstat", "posix.access"))
-     or f.endswith("genericpath.py")),
-    ("hashing + json", lambda f, n: "_hashlib" in n or "hexdigest" in n or "json" in f
-     or "_json" in n or "md5" in n or "sha" in n.lower() and "hash" in n.lower()),
-    ("read bytes", lambda f, n: any(s in n for s in ("method 'read", "readinto",
-                                                     "fromfile", "frombuffer"))),
-    ("index loads (.npy)", lambda f, n: "numpy/lib/format" in f or "_format_impl" in f
-     or "npyio" in f or "builtins.compile" in n or f.endswith("/ast.py")),
-    ("blend/sample kernels", lambda f, n: "helpers_cpp" in n or "build_blending" in n
-     or "build_sample_idx" in n or "tokenloom/index" in f),
+    (
+        "stat/exists",
+        lambda f, n: (
+            any(s in n for s in ("posix.stat", "posix.lstat", "posix.fstat", "posix.access"))
+            or f.endswith("genericpath.py")
+        ),
+    ),
+    (
+        "hashing + json",
+        lambda f, n: (
+            "_hashlib" in n
+            or "hexdigest" in n
+            or "json" in f
+            or "_json" in n
+            or "md5" in n
+            or "sha" in n.lower()
+            and "hash" in n.lower()
+        ),
+    ),
+    (
+        "read bytes",
+        lambda f, n: any(s in n for s in ("method 'read", "readinto", "fromfile", "frombuffer")),
+    ),
+    (
+        "index loads (.npy)",
+        lambda f, n: (
+            "numpy/lib/format" in f
+            or "_format_impl" in f
+            or "npyio" in f
+            or "builtins.compile" in n
+            or f.endswith("/ast.py")
+        ),
+    ),
+    (
+        "blend/sample kernels",
+        lambda f, n: (
+            "helpers_cpp" in n
+            or "build_blending" in n
+            or "build_sample_idx" in n
+            or "tokenloom/index" in f
+        ),
+    ),
     ("numpy other", lambda f, n: "numpy" in f or "numpy" in n),
-    ("threads/locks/dist", lambda f, n: "threading" in f or "concurrent" in f
-     or "acquire" in n or "torch/distributed" in f),
+    (
+        "threads/locks/dist",
+        lambda f, n: (
+            "threading" in f or "concurrent" in f or "acquire" in n or "torch/distributed" in f
+        ),
+    ),
     ("logging", lambda f, n: "logging" in f),
 ]
 
@@ -51,15 +99,17 @@ def summarise(profiler, top: int = 12) -> dict[str, Any]:
         rows.append((tt, ct, ncalls, _short(filename, line, name)))
     by_self = sorted(rows, reverse=True)[:top]
     # library functions by cumulative time, minus the outer wrappers (> 80 % of the run)
-    ours = [r for r in rows if any(k in r[3] for k in ("megatron/", "tokenloom/"))
-            and r[1] < 0.8 * total]
+    ours = [
+        r
+        for r in rows
+        if any(k in r[3] for k in ("megatron/", "tokenloom/")) and r[1] < 0.8 * total
+    ]
     by_cum = sorted(ours, key=lambda r: r[1], reverse=True)[:top]
     return {
         "total_s": total,
         "groups": dict(sorted(groups.items(), key=lambda kv: -kv[1])),
         "top_self": [dict(self_s=r[0], cum_s=r[1], calls=r[2], func=r[3]) for r in by_self],
-        "top_cumulative": [dict(self_s=r[0], cum_s=r[1], calls=r[2], func=r[3])
-                           for r in by_cum],
+        "top_cumulative": [dict(self_s=r[0], cum_s=r[1], calls=r[2], func=r[3]) for r in by_cum],
     }
 
 
@@ -101,6 +151,7 @@ def inline_thread_pool() -> None:
     import sys
 
     for module in list(sys.modules.values()):
-        if getattr(module, "ThreadPoolExecutor", None) is not None and \
-                getattr(module, "__name__", "").startswith(("megatron", "tokenloom")):
+        if getattr(module, "ThreadPoolExecutor", None) is not None and getattr(
+            module, "__name__", ""
+        ).startswith(("megatron", "tokenloom")):
             module.ThreadPoolExecutor = InlineExecutor

@@ -5,9 +5,17 @@ from __future__ import annotations
 from typing import Any, Optional
 
 
-def pair_row(target: str, case: str, mc: dict[str, Any], tl: dict[str, Any], *,
-             per: Optional[int] = None, per_unit: str = "", check: Optional[dict] = None,
-             metric: str = "min_s") -> dict[str, Any]:
+def pair_row(
+    target: str,
+    case: str,
+    mc: dict[str, Any],
+    tl: dict[str, Any],
+    *,
+    per: Optional[int] = None,
+    per_unit: str = "",
+    check: Optional[dict] = None,
+    metric: str = "min_s",
+) -> dict[str, Any]:
     """Combine a megatron-core report and a tokenloom report into one row.
 
     ``speedup`` is megatron time / tokenloom time (>1: tokenloom is faster).

@@ -30,31 +30,50 @@ TARGETS = ("blending", "fetch", "warmstart", "index", "preprocess")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes: a smoke run of every target in a few minutes")
-    p.add_argument("--only", default=",".join(TARGETS),
-                   help=f"comma-separated subset of {','.join(TARGETS)}")
-    p.add_argument("--data-dir", default="/tmp/tokenloom-bench/data",
-                   help="where generated corpora live (kept and reused between runs)")
-    p.add_argument("--work-dir", default="/tmp/tokenloom-bench/work",
-                   help="scratch space: index caches, outputs compared between sides")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes: a smoke run of every target in a few minutes",
+    )
+    p.add_argument(
+        "--only", default=",".join(TARGETS), help=f"comma-separated subset of {','.join(TARGETS)}"
+    )
+    p.add_argument(
+        "--data-dir",
+        default="/tmp/tokenloom-bench/data",
+        help="where generated corpora live (kept and reused between runs)",
+    )
+    p.add_argument(
+        "--work-dir",
+        default="/tmp/tokenloom-bench/work",
+        help="scratch space: index caches, outputs compared between sides",
+    )
     p.add_argument("--results", default=str(HERE / "results.json"))
-    p.add_argument("--markdown", default=str(ROOT / "BENCHMARKS.md"),
-                   help="file whose generated section is rewritten ('' to skip)")
+    p.add_argument(
+        "--markdown",
+        default=str(ROOT / "BENCHMARKS.md"),
+        help="file whose generated section is rewritten ('' to skip)",
+    )
     p.add_argument("--no-profile", action="store_true", help="skip the cProfile runs")
-    p.add_argument("--no-megatron-at-scale", action="store_true",
-                   help="run megatron-core only at the smaller prefix count in target 3")
+    p.add_argument(
+        "--no-megatron-at-scale",
+        action="store_true",
+        help="run megatron-core only at the smaller prefix count in target 3",
+    )
     return p.parse_args(argv)
 
 
 def machine() -> dict[str, Any]:
     """What the numbers were measured on, and how busy the machine was."""
-    info: dict[str, Any] = {"python": platform.python_version(),
-                            "platform": platform.platform(),
-                            "cpus": os.cpu_count(),
-                            "cpus_usable": len(os.sched_getaffinity(0))}
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
+    }
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -78,9 +97,11 @@ def _git(*args: str) -> str:
 
 
 def _version(module: str) -> str:
-    code = (f"import importlib.metadata as m, importlib; "
-            f"n={'megatron-core' if module == 'megatron.core' else module!r}; "
-            f"print(m.version(n))")
+    code = (
+        f"import importlib.metadata as m, importlib; "
+        f"n={'megatron-core' if module == 'megatron.core' else module!r}; "
+        f"print(m.version(n))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     return out.stdout.strip() or "not installed"
 
@@ -89,15 +110,24 @@ def run_target(name: str, ctx: dict[str, Any]) -> list[dict[str, Any]]:
     """Run one target; a failure becomes a row with the error, never a crash."""
     import importlib
 
-    module = {"blending": "bench_blending", "fetch": "bench_fetch",
-              "warmstart": "bench_warmstart", "index": "bench_index_build",
-              "preprocess": "preprocess_bridge"}[name]
+    module = {
+        "blending": "bench_blending",
+        "fetch": "bench_fetch",
+        "warmstart": "bench_warmstart",
+        "index": "bench_index_build",
+        "preprocess": "preprocess_bridge",
+    }[name]
     t0 = time.perf_counter()
     try:
         rows = importlib.import_module(module).run(ctx)
     except Exception as error:  # noqa: BLE001 - one broken target must not stop the suite
-        rows = [{"target": f"{report.TARGET_PREFIX[name]} {name}", "case": "-",
-                 "error": f"{type(error).__name__}: {error}"}]
+        rows = [
+            {
+                "target": f"{report.TARGET_PREFIX[name]} {name}",
+                "case": "-",
+                "error": f"{type(error).__name__}: {error}",
+            }
+        ]
     for row in rows:
         row["target_wall_s"] = round(time.perf_counter() - t0, 1)
     return rows
@@ -110,13 +140,22 @@ def main(argv=None) -> int:
     if unknown:
         print(f"run.py: unknown target(s) {sorted(unknown)}; choose from {TARGETS}")
         return 2
-    ctx = dict(quick=args.quick, data=args.data_dir, work=args.work_dir,
-               profile=not args.no_profile, megatron_at_scale=not args.no_megatron_at_scale)
+    ctx = dict(
+        quick=args.quick,
+        data=args.data_dir,
+        work=args.work_dir,
+        profile=not args.no_profile,
+        megatron_at_scale=not args.no_megatron_at_scale,
+    )
     Path(args.work_dir).mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"command": " ".join(["benchmarks/run.py", *sys.argv[1:]]),
-                               "quick": args.quick, "started": time.strftime("%Y-%m-%d %H:%M"),
-                               "machine": machine(), "loadavg_start": os.getloadavg(),
-                               "rows": []}
+    results: dict[str, Any] = {
+        "command": " ".join(["benchmarks/run.py", *sys.argv[1:]]),
+        "quick": args.quick,
+        "started": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine(),
+        "loadavg_start": os.getloadavg(),
+        "rows": [],
+    }
     t0 = time.perf_counter()
     for name in wanted:
         print(f"== {name} ...", flush=True)
@@ -124,14 +163,22 @@ def main(argv=None) -> int:
         results["rows"].extend(rows)
         print(report.text_table(rows), flush=True)
     results["loadavg_end"] = os.getloadavg()
-    results["runs"] = [{"command": results["command"], "started": results["started"],
-                        "targets": wanted, "loadavg_start": results["loadavg_start"][0],
-                        "loadavg_end": results["loadavg_end"][0]}]
+    results["runs"] = [
+        {
+            "command": results["command"],
+            "started": results["started"],
+            "targets": wanted,
+            "loadavg_start": results["loadavg_start"][0],
+            "loadavg_end": results["loadavg_end"][0],
+        }
+    ]
     results["total_s"] = round(time.perf_counter() - t0, 1)
     _merge_write(Path(args.results), results, wanted)
     print("\n" + report.text_table(results["rows"]))
-    print(f"\nresults: {args.results}   total {results['total_s']:.0f} s   "
-          f"load average {results['loadavg_start'][0]:.1f} -> {results['loadavg_end'][0]:.1f}")
+    print(
+        f"\nresults: {args.results}   total {results['total_s']:.0f} s   "
+        f"load average {results['loadavg_start'][0]:.1f} -> {results['loadavg_end'][0]:.1f}"
+    )
     if args.markdown:
         full = json.loads(Path(args.results).read_text())
         report.rewrite_markdown(Path(args.markdown), full)
@@ -149,8 +196,9 @@ def _merge_write(path: Path, results: dict[str, Any], wanted: list[str]) -> None
             names = {report.TARGET_PREFIX[t] for t in wanted}
             kept = [r for r in old.get("rows", []) if r.get("target", "")[:1] not in names]
             results["rows"] = sorted(kept + results["rows"], key=lambda r: r["target"][:1])
-            results["runs"] = [run for run in old.get("runs", [])
-                               if set(run["targets"]) - set(wanted)] + results["runs"]
+            results["runs"] = [
+                run for run in old.get("runs", []) if set(run["targets"]) - set(wanted)
+            ] + results["runs"]
         except (OSError, ValueError):
             pass
     tmp = path.with_suffix(".tmp")

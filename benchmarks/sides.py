@@ -24,18 +24,31 @@ class BenchTokenizer:
     def __init__(self, vocab_size: int = VOCAB_SIZE, eod: int = EOD) -> None:
         self.vocab_size = vocab_size
         self.eod = eod
-        self.unique_identifiers = {"class": "BenchTokenizer", "vocab_size": vocab_size,
-                                   "eod": eod}
+        self.unique_identifiers = {"class": "BenchTokenizer", "vocab_size": vocab_size, "eod": eod}
 
 
-def describe(*, seed: int = 1234, sequence_length: int = 4096, split: str = "100,0,0",
-             blend: Optional[list] = None, path_to_cache: Optional[str] = None,
-             **extra: Any) -> dict[str, Any]:
+def describe(
+    *,
+    seed: int = 1234,
+    sequence_length: int = 4096,
+    split: str = "100,0,0",
+    blend: Optional[list] = None,
+    path_to_cache: Optional[str] = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """The one description both sides are built from (GPT defaults, no attention mask)."""
-    desc = dict(random_seed=seed, sequence_length=sequence_length, split=split, blend=blend,
-                path_to_cache=path_to_cache, reset_position_ids=False,
-                reset_attention_mask=False, eod_mask_loss=False,
-                create_attention_mask=False, add_extra_token_to_sequence=True)
+    desc = dict(
+        random_seed=seed,
+        sequence_length=sequence_length,
+        split=split,
+        blend=blend,
+        path_to_cache=path_to_cache,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+        add_extra_token_to_sequence=True,
+    )
     desc.update(extra)
     return desc
 
@@ -62,8 +75,12 @@ def gpt_classes(side: str, builder: bool = False) -> dict[str, Any]:
         from tokenloom.datasets import GPTDataset, GPTDatasetConfig, Split
 
         BlendedMegatronDatasetBuilder = _tokenloom_builder() if builder else None
-    return dict(GPTDataset=GPTDataset, GPTDatasetConfig=GPTDatasetConfig, Split=Split,
-                BlendedMegatronDatasetBuilder=BlendedMegatronDatasetBuilder)
+    return dict(
+        GPTDataset=GPTDataset,
+        GPTDatasetConfig=GPTDatasetConfig,
+        Split=Split,
+        BlendedMegatronDatasetBuilder=BlendedMegatronDatasetBuilder,
+    )
 
 
 def _tokenloom_builder():

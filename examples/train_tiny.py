@@ -63,8 +63,7 @@ class TinyGPT(torch.nn.Module):
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB, width)
         self.position = torch.nn.Embedding(SEQ, width)
-        layer = torch.nn.TransformerEncoderLayer(width, 4, 4 * width, dropout=0.0,
-                                                 batch_first=True)
+        layer = torch.nn.TransformerEncoderLayer(width, 4, 4 * width, dropout=0.0, batch_first=True)
         self.body = torch.nn.TransformerEncoder(layer, 2)
         self.head = torch.nn.Linear(width, VOCAB)
 
@@ -77,8 +76,9 @@ class TinyGPT(torch.nn.Module):
 def loss_of(model: TinyGPT, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Megatron's masked language-model loss."""
     logits = model(batch["tokens"], batch["position_ids"])
-    losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch["labels"],
-                                               reduction="none")
+    losses = torch.nn.functional.cross_entropy(
+        logits.transpose(1, 2), batch["labels"], reduction="none"
+    )
     return (losses * batch["loss_mask"]).sum() / batch["loss_mask"].sum()
 
 
@@ -87,12 +87,20 @@ def build_dataset(workdir: Path, samples: int) -> GPTDataset:
     documents = write_corpus(prefix)
     print(f"corpus: {documents} documents at {prefix}.bin/.idx")
     config = GPTDatasetConfig(
-        random_seed=1234, sequence_length=SEQ, blend=([str(prefix)], None), split="100,0,0",
-        tokenizer={"vocab_size": VOCAB, "eod": EOD}, path_to_cache=str(workdir / "cache"),
-        reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
-        create_attention_mask=False)
-    train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [samples, 0, 0], lambda: True,
-                                                config).build()
+        random_seed=1234,
+        sequence_length=SEQ,
+        blend=([str(prefix)], None),
+        split="100,0,0",
+        tokenizer={"vocab_size": VOCAB, "eod": EOD},
+        path_to_cache=str(workdir / "cache"),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+    )
+    train, _, _ = BlendedMegatronDatasetBuilder(
+        GPTDataset, [samples, 0, 0], lambda: True, config
+    ).build()
     return train
 
 
@@ -110,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         model = TinyGPT()
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
         # the three lines of a training loop:
-        loader = build_pretraining_data_loader(train, 0, dataloader_type="cyclic",
-                                               micro_batch_size=8, num_workers=args.workers)
+        loader = build_pretraining_data_loader(
+            train, 0, dataloader_type="cyclic", micro_batch_size=8, num_workers=args.workers
+        )
         for step, batch in zip(range(args.steps), loader):
             loss = loss_of(model, batch)
             optimizer.zero_grad()
@@ -126,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def check_resume(train: GPTDataset, workdir: Path, saved_step: int, args: argparse.Namespace) -> None:
+def check_resume(
+    train: GPTDataset, workdir: Path, saved_step: int, args: argparse.Namespace
+) -> None:
     """A fresh loader with the saved state continues with the very next batches."""
     kwargs = dict(dataloader_type="cyclic", micro_batch_size=8, num_workers=args.workers)
     continuous = iter(build_pretraining_data_loader(train, 0, **kwargs))
@@ -134,8 +145,10 @@ def check_resume(train: GPTDataset, workdir: Path, saved_step: int, args: argpar
         next(continuous)
     resumed = build_pretraining_data_loader(train, 0, **kwargs)
     resumed.load_state_dict(torch.load(workdir / "loader.pt"))
-    same = all(torch.equal(a["tokens"], b["tokens"]) for a, b in
-               zip((next(continuous) for _ in range(5)), resumed))
+    same = all(
+        torch.equal(a["tokens"], b["tokens"])
+        for a, b in zip((next(continuous) for _ in range(5)), resumed)
+    )
     print(f"resumed after step {saved_step}: next batches identical: {same}")
     if not same:
         raise SystemExit("resume produced different batches")

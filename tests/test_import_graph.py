@@ -76,7 +76,7 @@ def find_cycle(edges: dict[str, set[str]]) -> Optional[list[str]]:
         path.append(node)
         for target in sorted(edges.get(node, ())):
             if state.get(target) == 1:
-                return path[path.index(target):] + [target]
+                return path[path.index(target) :] + [target]
             if target not in state:
                 cycle = visit(target)
                 if cycle:

@@ -62,11 +62,18 @@ def _module_level_mutables(path: Path) -> list[str]:
     found = []
     for node in ast.parse(path.read_text()).body:
         value = getattr(node, "value", None)
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
         mutable = isinstance(value, (ast.Dict, ast.List, ast.Set)) or (
-            isinstance(value, ast.Call) and getattr(value.func, "id", getattr(
-                value.func, "attr", None)) in ("dict", "list", "set", "OrderedDict"))
+            isinstance(value, ast.Call)
+            and getattr(value.func, "id", getattr(value.func, "attr", None))
+            in ("dict", "list", "set", "OrderedDict")
+        )
         if mutable and targets:
             found += [getattr(t, "id", "?") for t in targets]
     return found
@@ -86,12 +93,31 @@ def _memoising_decorators(path: Path) -> list[str]:
     return found
 
 
-AREAS = ["cache", "builder", "kernels", "index", "format/identity.py", "format/lazy.py",
-         "format/reader.py", "format/index_file.py", "format/dtypes.py", "format/integrity.py",
-         "datasets/gpt.py", "datasets/blended.py", "datasets/_rng_memo.py",
-         "datasets/_gpt_indices.py", "datasets/_sample.py", "datasets/megatron_dataset.py",
-         "datasets/mock.py", "datasets/masks.py", "datasets/utils.py",
-         "training/permutation.py", "training/samplers.py", "training/state.py", "progress.py"]
+AREAS = [
+    "cache",
+    "builder",
+    "kernels",
+    "index",
+    "format/identity.py",
+    "format/lazy.py",
+    "format/reader.py",
+    "format/index_file.py",
+    "format/dtypes.py",
+    "format/integrity.py",
+    "datasets/gpt.py",
+    "datasets/blended.py",
+    "datasets/_rng_memo.py",
+    "datasets/_gpt_indices.py",
+    "datasets/_sample.py",
+    "datasets/megatron_dataset.py",
+    "datasets/mock.py",
+    "datasets/masks.py",
+    "datasets/utils.py",
+    "training/permutation.py",
+    "training/samplers.py",
+    "training/state.py",
+    "progress.py",
+]
 
 
 @pytest.mark.parametrize("area", AREAS)
@@ -107,8 +133,10 @@ def test_no_module_level_caches_outside_the_registry(area):
 
 def test_the_detectors_find_module_level_state(tmp_path):
     module = tmp_path / "stateful.py"
-    module.write_text("import functools\n_SEEN = {}\n_ORDER: list = list()\n"
-                      "@functools.lru_cache(maxsize=None)\ndef f(x):\n    return x\n")
+    module.write_text(
+        "import functools\n_SEEN = {}\n_ORDER: list = list()\n"
+        "@functools.lru_cache(maxsize=None)\ndef f(x):\n    return x\n"
+    )
     assert _module_level_mutables(module) == ["_SEEN", "_ORDER"]
     assert _memoising_decorators(module) == ["f"]
 

@@ -45,8 +45,13 @@ def _create_sibling(path: str | os.PathLike) -> tuple:
     instead of :func:`temporary_sibling`'s mkstemp, fchmod, close and a second open."""
     path = os.fspath(path)
     folder, name = os.path.split(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) \
+    flags = (
+        os.O_WRONLY
+        | os.O_CREAT
+        | os.O_EXCL
+        | getattr(os, "O_CLOEXEC", 0)
         | getattr(os, "O_BINARY", 0)
+    )
     for attempt in range(100):
         tmp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
         try:
@@ -99,8 +104,7 @@ def publish(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "wb", *,
-                durable: bool = True) -> Iterator[IO]:
+def atomic_open(path: str | os.PathLike, mode: str = "wb", *, durable: bool = True) -> Iterator[IO]:
     """Open a temporary sibling of ``path`` for writing; publish it on success.
 
     On an exception the temporary file is removed and ``path`` is untouched.

@@ -23,9 +23,18 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any, Generic, Optional, TypeVar
 
-__all__ = ["BoundedCache", "clear_process_caches", "process_caches",
-           "IDX_DIGESTS", "ABSOLUTE_PATHS", "PACK_LISTINGS", "GPT_DESCRIPTION_MIDDLES",
-           "SEEDED_STATES", "DOCUMENT_DRAWS", "SHUFFLE_DRAWS"]
+__all__ = [
+    "BoundedCache",
+    "clear_process_caches",
+    "process_caches",
+    "IDX_DIGESTS",
+    "ABSOLUTE_PATHS",
+    "PACK_LISTINGS",
+    "GPT_DESCRIPTION_MIDDLES",
+    "SEEDED_STATES",
+    "DOCUMENT_DRAWS",
+    "SHUFFLE_DRAWS",
+]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -101,26 +110,54 @@ def clear_process_caches() -> None:
 
 
 # -- the caches -----------------------------------------------------------------------
-IDX_DIGESTS: BoundedCache[tuple[object, ...], str] = _declare(BoundedCache(
-    "format.identity: .idx digests", 1 << 16,
-    "(absolute .idx path, inode, size, mtime_ns, ctime_ns) -> digest of the whole file"))
-ABSOLUTE_PATHS: BoundedCache[str, str] = _declare(BoundedCache(
-    "cache.pack: absolute cache directories", 4096,
-    "cache directory as given -> os.path.abspath of it"))
-PACK_LISTINGS: BoundedCache[str, Any] = _declare(BoundedCache(
-    "cache.pack: pack directory listings", 256,
-    "absolute packs/ folder -> what its pack files hold (a PackListing)"))
+IDX_DIGESTS: BoundedCache[tuple[object, ...], str] = _declare(
+    BoundedCache(
+        "format.identity: .idx digests",
+        1 << 16,
+        "(absolute .idx path, inode, size, mtime_ns, ctime_ns) -> digest of the whole file",
+    )
+)
+ABSOLUTE_PATHS: BoundedCache[str, str] = _declare(
+    BoundedCache(
+        "cache.pack: absolute cache directories",
+        4096,
+        "cache directory as given -> os.path.abspath of it",
+    )
+)
+PACK_LISTINGS: BoundedCache[str, Any] = _declare(
+    BoundedCache(
+        "cache.pack: pack directory listings",
+        256,
+        "absolute packs/ folder -> what its pack files hold (a PackListing)",
+    )
+)
 GPT_DESCRIPTION_MIDDLES: BoundedCache[tuple[str, bool, bool], tuple[Any, str]] = _declare(
-    BoundedCache("builder.startup: GPT description middles", 256,
-                 "(repr of seed, sequence length and split, extra token, drop last) -> "
-                 "(tokenizer identity, JSON text)"))
-SEEDED_STATES: BoundedCache[int, Any] = _declare(BoundedCache(
-    "datasets._gpt_indices: seeded generator states", 64,
-    "random_seed -> RandomState(random_seed).get_state() (restoring beats seeding)"))
-DOCUMENT_DRAWS: BoundedCache[tuple[Any, ...], Any] = _declare(BoundedCache(
-    "datasets._rng_memo: document-index permutations", 1024,
-    "(seed, documents, epochs, separate final epoch) -> (permutation of at most 65,536 "
-    "positions, generator state after it)"))
-SHUFFLE_DRAWS: BoundedCache[tuple[Any, ...], Any] = _declare(BoundedCache(
-    "datasets._rng_memo: shuffle-index permutations", 1024,
-    "document draw key + (num_samples, total_size) -> shuffle index of at most 65,536"))
+    BoundedCache(
+        "builder.startup: GPT description middles",
+        256,
+        "(repr of seed, sequence length and split, extra token, drop last) -> "
+        "(tokenizer identity, JSON text)",
+    )
+)
+SEEDED_STATES: BoundedCache[int, Any] = _declare(
+    BoundedCache(
+        "datasets._gpt_indices: seeded generator states",
+        64,
+        "random_seed -> RandomState(random_seed).get_state() (restoring beats seeding)",
+    )
+)
+DOCUMENT_DRAWS: BoundedCache[tuple[Any, ...], Any] = _declare(
+    BoundedCache(
+        "datasets._rng_memo: document-index permutations",
+        1024,
+        "(seed, documents, epochs, separate final epoch) -> (permutation of at most 65,536 "
+        "positions, generator state after it)",
+    )
+)
+SHUFFLE_DRAWS: BoundedCache[tuple[Any, ...], Any] = _declare(
+    BoundedCache(
+        "datasets._rng_memo: shuffle-index permutations",
+        1024,
+        "document draw key + (num_samples, total_size) -> shuffle index of at most 65,536",
+    )
+)

@@ -40,8 +40,9 @@ class _NullBar:
         self.close()
 
 
-def progress(iterable: Optional[Iterable[Any]] = None, *, enabled: Optional[bool] = None,
-             **kwargs: Any) -> Any:
+def progress(
+    iterable: Optional[Iterable[Any]] = None, *, enabled: Optional[bool] = None, **kwargs: Any
+) -> Any:
     """Return a tqdm bar (to stderr) or a silent stand-in with the same methods.
 
     ``enabled=None`` shows the bar only when stderr is a terminal; ``kwargs`` go to tqdm.

@@ -100,8 +100,10 @@ def tokenizer_label(identity: Optional[Mapping[str, Any]]) -> str:
         return f"mixed tokenizers ({', '.join(tokenizer_label(p) for p in parts)})"
     files = identity.get("files") or []
     where = f" {os.path.basename(str(files[0]))}" if files else ""
-    return (f"{identity.get('kind', '?')}{where}{_short_hash(identity)} "
-            f"(vocab {identity.get('vocab_size', '?')})")
+    return (
+        f"{identity.get('kind', '?')}{where}{_short_hash(identity)} "
+        f"(vocab {identity.get('vocab_size', '?')})"
+    )
 
 
 def vocabulary_key(identity: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,16 +130,19 @@ def _sha256_range(path: str, start: int = 0, stop: Optional[int] = None) -> str:
 def file_record(path: str) -> dict[str, Any]:
     """``{"kind": "file", "path", "bytes", "sha256"}`` of one input file."""
     path = os.path.abspath(os.fspath(path))
-    return {"kind": "file", "path": path, "bytes": os.path.getsize(path),
-            "sha256": _sha256_range(path)}
+    return {
+        "kind": "file",
+        "path": path,
+        "bytes": os.path.getsize(path),
+        "sha256": _sha256_range(path),
+    }
 
 
 def _expand(patterns: Iterable[Any]) -> list[str]:
     files: list[str] = []
     for pattern in map(os.fspath, patterns):
         if glob.has_magic(pattern):
-            files.extend(sorted(p for p in glob.glob(pattern, recursive=True)
-                                if os.path.isfile(p)))
+            files.extend(sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p)))
         elif os.path.isfile(pattern):
             files.append(pattern)
     return list(dict.fromkeys(os.path.abspath(path) for path in files))
@@ -161,20 +166,34 @@ def describe_inputs(inputs: Any) -> list[dict[str, Any]]:
     iterable (its type only: the records were consumed)."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
-    if isinstance(inputs, (list, tuple)) and inputs and all(
-            isinstance(item, (str, os.PathLike)) for item in inputs):
+    if (
+        isinstance(inputs, (list, tuple))
+        and inputs
+        and all(isinstance(item, (str, os.PathLike)) for item in inputs)
+    ):
         return [file_record(path) for path in _expand(inputs)]
     path, start, stop = (getattr(inputs, name, None) for name in ("path", "start", "stop"))
     if isinstance(path, str) and isinstance(start, int) and isinstance(stop, int):
         path = os.path.abspath(path)
-        return [{"kind": "file_range", "path": path, "start": start, "stop": stop,
-                 "bytes": max(stop - start, 0), "sha256": _sha256_range(path, start, stop)}]
+        return [
+            {
+                "kind": "file_range",
+                "path": path,
+                "start": start,
+                "stop": stop,
+                "bytes": max(stop - start, 0),
+                "sha256": _sha256_range(path, start, stop),
+            }
+        ]
     if isinstance(path, str) and os.path.isdir(path):
         return [_directory_record(path, "hf_disk_dataset", split=getattr(inputs, "split", None))]
     cache_files = getattr(inputs, "cache_files", None)
     if isinstance(cache_files, list) and cache_files:
-        return [{**file_record(entry["filename"]), "kind": "hf_dataset_file"}
-                for entry in cache_files if isinstance(entry, dict) and "filename" in entry]
+        return [
+            {**file_record(entry["filename"]), "kind": "hf_dataset_file"}
+            for entry in cache_files
+            if isinstance(entry, dict) and "filename" in entry
+        ]
     return [{"kind": "iterable", "type": type(inputs).__name__}]
 
 
@@ -186,14 +205,26 @@ def encode_sidecar(record: Mapping[str, Any]) -> bytes:
 
 def _counts(stats: Any, itemsize: int) -> dict[str, int]:
     tokens = int(stats.tokens)
-    return {"documents": int(stats.documents), "sequences": int(stats.sequences),
-            "tokens": tokens, "empty_documents": int(stats.empty_documents),
-            "bin_bytes": tokens * itemsize}
+    return {
+        "documents": int(stats.documents),
+        "sequences": int(stats.sequences),
+        "tokens": tokens,
+        "empty_documents": int(stats.empty_documents),
+        "bin_bytes": tokens * itemsize,
+    }
 
 
-def preprocess_sidecars(inputs: Any, tokenizer: Any, summary: Any, *, append_eod: bool,
-                        level: str, partitions: int = 1, keep_sequential_samples: bool = False,
-                        sentence_splitter: Any = None) -> dict[str, dict[str, bytes]]:
+def preprocess_sidecars(
+    inputs: Any,
+    tokenizer: Any,
+    summary: Any,
+    *,
+    append_eod: bool,
+    level: str,
+    partitions: int = 1,
+    keep_sequential_samples: bool = False,
+    sentence_splitter: Any = None,
+) -> dict[str, dict[str, bytes]]:
     """``{json key: {".json": sidecar bytes}}`` for every output of a preprocess run.
 
     ``summary`` is the run's :class:`~tokenloom.preprocess.summary.PreprocessSummary`
@@ -207,18 +238,28 @@ def preprocess_sidecars(inputs: Any, tokenizer: Any, summary: Any, *, append_eod
         skipped[f"{reason}:{key}"] = int(count)
     files = {}
     for key, stats in summary.outputs.items():
-        settings = {"json_key": key, "level": level, "dtype": str(summary.dtype),
-                    "append_eod": bool(append_eod),
-                    "eod_id": None if not append_eod or eod is None else int(eod),
-                    "add_special_tokens": identity.get("add_special_tokens",
-                                                       identity.get("add_bos")),
-                    "partitions": int(partitions),
-                    "keep_sequential_samples": bool(keep_sequential_samples),
-                    "sentence_splitter": None if sentence_splitter is None else getattr(
-                        sentence_splitter, "__name__", type(sentence_splitter).__name__)}
-        record = {"format": FORMAT, "tool": {"name": "tokenloom", "version": tool_version()},
-                  "tokenizer": identity, "settings": settings, "inputs": described,
-                  "counts": _counts(stats, itemsize), "skipped_records": skipped}
+        settings = {
+            "json_key": key,
+            "level": level,
+            "dtype": str(summary.dtype),
+            "append_eod": bool(append_eod),
+            "eod_id": None if not append_eod or eod is None else int(eod),
+            "add_special_tokens": identity.get("add_special_tokens", identity.get("add_bos")),
+            "partitions": int(partitions),
+            "keep_sequential_samples": bool(keep_sequential_samples),
+            "sentence_splitter": None
+            if sentence_splitter is None
+            else getattr(sentence_splitter, "__name__", type(sentence_splitter).__name__),
+        }
+        record = {
+            "format": FORMAT,
+            "tool": {"name": "tokenloom", "version": tool_version()},
+            "tokenizer": identity,
+            "settings": settings,
+            "inputs": described,
+            "counts": _counts(stats, itemsize),
+            "skipped_records": skipped,
+        }
         files[key] = {SUFFIX: encode_sidecar(record)}
     return files
 
@@ -237,12 +278,16 @@ def read_sidecar(prefix: str) -> Optional[dict[str, Any]]:
     try:
         record = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as error:
-        raise FormatError(f"{path}: provenance sidecar is not valid JSON ({error}); delete it "
-                          "(the .bin/.idx do not need it) or rewrite the dataset") from None
+        raise FormatError(
+            f"{path}: provenance sidecar is not valid JSON ({error}); delete it "
+            "(the .bin/.idx do not need it) or rewrite the dataset"
+        ) from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         found = record.get("format") if isinstance(record, dict) else type(record).__name__
-        raise FormatError(f"{path}: not a tokenloom provenance sidecar (format {found!r}, "
-                          f"expected {FORMAT!r}); rename it if it is another tool's file")
+        raise FormatError(
+            f"{path}: not a tokenloom provenance sidecar (format {found!r}, "
+            f"expected {FORMAT!r}); rename it if it is another tool's file"
+        )
     return record
 
 
@@ -251,12 +296,16 @@ def stale_problems(prefix: str, record: Mapping[str, Any]) -> list[str]:
     by another tool): empty when it matches."""
     counts = record.get("counts") or {}
     found = pair_counts(prefix)
-    return [f"{sidecar_path(prefix)} records {name} {counts[name]} but the pair has {value}"
-            for name, value in found.items() if name in counts and counts[name] != value]
+    return [
+        f"{sidecar_path(prefix)} records {name} {counts[name]} but the pair has {value}"
+        for name, value in found.items()
+        if name in counts and counts[name] != value
+    ]
 
 
-def read_sidecars(prefixes: Sequence[str]
-                  ) -> tuple[list[tuple[str, Optional[dict[str, Any]]]], list[str]]:
+def read_sidecars(
+    prefixes: Sequence[str],
+) -> tuple[list[tuple[str, Optional[dict[str, Any]]]], list[str]]:
     """``(prefix, sidecar or None)`` for each prefix, and notes: a stale sidecar (one
     that disagrees with its pair) counts as none, with a note saying why."""
     result, notes = [], []
@@ -271,36 +320,53 @@ def read_sidecars(prefixes: Sequence[str]
 
 
 # -- merging --------------------------------------------------------------------------------
-def check_tokenizers(sidecars: Sequence[tuple[str, Optional[Mapping[str, Any]]]],
-                     allow_mixed: bool = False) -> list[str]:
+def check_tokenizers(
+    sidecars: Sequence[tuple[str, Optional[Mapping[str, Any]]]], allow_mixed: bool = False
+) -> list[str]:
     """Refuse to merge pairs made by different tokenizers; return notes for the user.
 
     Raises ConfigError naming the first two prefixes and their tokenizers when the
     vocabularies differ, unless ``allow_mixed``.  Pairs without a sidecar cannot be
     checked: a note says so.  Different special-token settings of one vocabulary are a
     note, not an error."""
-    notes = [f"{prefix}: no provenance sidecar (a Megatron-built pair?): its tokenizer is not "
-             "checked" for prefix, record in sidecars if record is None]
-    notes += [f"{prefix}: its sidecar names no single tokenizer (a merge of unchecked "
-              "pairs): its tokenizer is not checked" for prefix, record in sidecars
-              if record is not None and not record.get("tokenizer")]
-    known = [(prefix, dict(record["tokenizer"])) for prefix, record in sidecars
-             if record is not None and record.get("tokenizer")]
+    notes = [
+        f"{prefix}: no provenance sidecar (a Megatron-built pair?): its tokenizer is not checked"
+        for prefix, record in sidecars
+        if record is None
+    ]
+    notes += [
+        f"{prefix}: its sidecar names no single tokenizer (a merge of unchecked "
+        "pairs): its tokenizer is not checked"
+        for prefix, record in sidecars
+        if record is not None and not record.get("tokenizer")
+    ]
+    known = [
+        (prefix, dict(record["tokenizer"]))
+        for prefix, record in sidecars
+        if record is not None and record.get("tokenizer")
+    ]
     if not known:
         return notes
     first_prefix, first = known[0]
     for prefix, identity in known[1:]:
         if vocabulary_key(identity) != vocabulary_key(first):
-            message = (f"{first_prefix} was tokenized with {tokenizer_label(first)} but {prefix} "
-                       f"with {tokenizer_label(identity)}")
+            message = (
+                f"{first_prefix} was tokenized with {tokenizer_label(first)} but {prefix} "
+                f"with {tokenizer_label(identity)}"
+            )
             if not allow_mixed:
-                raise ConfigError(f"refusing to merge: {message}; their token ids mean different "
-                                  "things. Pass --allow-mixed-tokenizers to merge anyway")
+                raise ConfigError(
+                    f"refusing to merge: {message}; their token ids mean different "
+                    "things. Pass --allow-mixed-tokenizers to merge anyway"
+                )
             notes.append(f"warning: mixing tokenizers: {message}")
         else:
-            notes += [f"note: {prefix} has {name}={identity.get(name)!r} but {first_prefix} "
-                      f"{first.get(name)!r}" for name in _SETTING_KEYS
-                      if identity.get(name) != first.get(name)]
+            notes += [
+                f"note: {prefix} has {name}={identity.get(name)!r} but {first_prefix} "
+                f"{first.get(name)!r}"
+                for name in _SETTING_KEYS
+                if identity.get(name) != first.get(name)
+            ]
     return notes
 
 
@@ -308,8 +374,12 @@ def pair_counts(prefix: str) -> dict[str, int]:
     """Sequence and document counts and ``.bin`` size of a pair, from its files."""
     header = read_index_header(get_idx_path(prefix))
     size = os.path.getsize(get_bin_path(prefix))
-    return {"documents": header.num_documents, "sequences": header.sequence_count,
-            "tokens": size // numpy.dtype(header.dtype).itemsize, "bin_bytes": size}
+    return {
+        "documents": header.num_documents,
+        "sequences": header.sequence_count,
+        "tokens": size // numpy.dtype(header.dtype).itemsize,
+        "bin_bytes": size,
+    }
 
 
 def _merged_tokenizer(records: Sequence[Optional[Mapping[str, Any]]]) -> Optional[dict[str, Any]]:
@@ -319,12 +389,13 @@ def _merged_tokenizer(records: Sequence[Optional[Mapping[str, Any]]]) -> Optiona
     known = [dict(identity) for identity in identities if identity]
     if all(vocabulary_key(identity) == vocabulary_key(known[0]) for identity in known):
         return known[0]
-    return {"kind": "mixed",
-            "parts": list({json.dumps(i, sort_keys=True): i for i in known}.values())}
+    return {
+        "kind": "mixed",
+        "parts": list({json.dumps(i, sort_keys=True): i for i in known}.values()),
+    }
 
 
-def merged_sidecar(sidecars: Sequence[tuple[str, Optional[Mapping[str, Any]]]]
-                   ) -> dict[str, bytes]:
+def merged_sidecar(sidecars: Sequence[tuple[str, Optional[Mapping[str, Any]]]]) -> dict[str, bytes]:
     """The ``{".json": bytes}`` extra file of a merge of ``sidecars``' prefixes.
 
     Its ``tokenizer`` is None when some input has no sidecar (nothing reliable to
@@ -335,17 +406,42 @@ def merged_sidecar(sidecars: Sequence[tuple[str, Optional[Mapping[str, Any]]]]
         counts = pair_counts(prefix)
         for name in totals:
             totals[name] += counts[name]
-        merged_from.append({"prefix": os.path.abspath(prefix), "counts": counts,
-                            "has_sidecar": record is not None,
-                            "settings": None if record is None else record.get("settings")})
+        merged_from.append(
+            {
+                "prefix": os.path.abspath(prefix),
+                "counts": counts,
+                "has_sidecar": record is not None,
+                "settings": None if record is None else record.get("settings"),
+            }
+        )
         inputs += [] if record is None else list(record.get("inputs") or [])
-    record = {"format": FORMAT, "tool": {"name": "tokenloom", "version": tool_version()},
-              "tokenizer": _merged_tokenizer([record for _, record in sidecars]),
-              "merged_from": merged_from, "inputs": inputs, "counts": totals}
+    record = {
+        "format": FORMAT,
+        "tool": {"name": "tokenloom", "version": tool_version()},
+        "tokenizer": _merged_tokenizer([record for _, record in sidecars]),
+        "merged_from": merged_from,
+        "inputs": inputs,
+        "counts": totals,
+    }
     return {SUFFIX: encode_sidecar(record)}
 
 
-__all__ = ["FORMAT", "SUFFIX", "sidecar_path", "tokenizer_identity", "tokenizer_label",
-           "vocabulary_key", "describe_inputs", "file_record", "encode_sidecar",
-           "preprocess_sidecars", "read_sidecar", "read_sidecars", "stale_problems",
-           "check_tokenizers", "merged_sidecar", "pair_counts", "tool_version"]
+__all__ = [
+    "FORMAT",
+    "SUFFIX",
+    "sidecar_path",
+    "tokenizer_identity",
+    "tokenizer_label",
+    "vocabulary_key",
+    "describe_inputs",
+    "file_record",
+    "encode_sidecar",
+    "preprocess_sidecars",
+    "read_sidecar",
+    "read_sidecars",
+    "stale_problems",
+    "check_tokenizers",
+    "merged_sidecar",
+    "pair_counts",
+    "tool_version",
+]

@@ -16,4 +16,6 @@ def no_racy_window(monkeypatch):
 
 @pytest.fixture
 def corpora(tmp_path):
-    return [write_corpus(tmp_path / f"c{i}", n, seed=20 + i) for i, n in enumerate((60, 40, 30, 20))]
+    return [
+        write_corpus(tmp_path / f"c{i}", n, seed=20 + i) for i, n in enumerate((60, 40, 30, 20))
+    ]

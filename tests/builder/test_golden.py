@@ -38,8 +38,9 @@ def test_golden_case_then_cached_rebuild(case, golden_dir, tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == files
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["name"] == "blend_weighted"],
-                         ids=["blend_weighted"])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c["name"] == "blend_weighted"], ids=["blend_weighted"]
+)
 @pytest.mark.parametrize("threads", [1, 3])
 def test_threads_do_not_change_the_result(case, golden_dir, tmp_path, threads):
     golden = numpy.load(golden_dir / case["arrays"])
@@ -47,8 +48,9 @@ def test_threads_do_not_change_the_result(case, golden_dir, tmp_path, threads):
     assert_matches_golden(datasets, golden)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["name"] == "blend_per_split"],
-                         ids=["blend_per_split"])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c["name"] == "blend_per_split"], ids=["blend_per_split"]
+)
 def test_fast_cache_load_and_deferred_mmap_after_prepare(case, golden_dir, tmp_path):
     golden = numpy.load(golden_dir / case["arrays"])
     build(case, golden_dir, tmp_path)  # prepare the cache

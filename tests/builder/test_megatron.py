@@ -22,24 +22,33 @@ def corpora(tmp_path_factory):
 
 
 def config(tmp_path, **fields) -> GPTDatasetConfig:
-    base = dict(random_seed=5, sequence_length=24, reset_position_ids=False,
-                reset_attention_mask=False, eod_mask_loss=False,
-                tokenizer=SimpleTokenizer(32000, EOD), path_to_cache=str(tmp_path / "cache"))
+    base = dict(
+        random_seed=5,
+        sequence_length=24,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        tokenizer=SimpleTokenizer(32000, EOD),
+        path_to_cache=str(tmp_path / "cache"),
+    )
     base.update(fields)
     return GPTDatasetConfig(**base)
 
 
 def build(tmp_path, sizes, cls=GPTDataset, **fields):
-    return BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, config(tmp_path, **fields)).build()
+    return BlendedMegatronDatasetBuilder(
+        cls, sizes, lambda: True, config(tmp_path, **fields)
+    ).build()
 
 
 def same_samples(a, b, ks=(0, 1, -1)) -> bool:
-    return len(a) == len(b) and all(
-        numpy.array_equal(a[k]["tokens"], b[k]["tokens"]) for k in ks)
+    return len(a) == len(b) and all(numpy.array_equal(a[k]["tokens"], b[k]["tokens"]) for k in ks)
 
 
 def test_single_prefix_gives_plain_datasets_and_none_for_empty_splits(corpora, tmp_path):
-    train, valid, test = build(tmp_path, [100, 10, None], blend=([corpora[0]], None), split="90,10,0")
+    train, valid, test = build(
+        tmp_path, [100, 10, None], blend=([corpora[0]], None), split="90,10,0"
+    )
     assert type(train) is GPTDataset and type(valid) is GPTDataset and test is None
     assert len(train) >= 100 and train.num_samples == 100
     assert numpy.array_equal(numpy.unique(train.document_index), numpy.arange(81))
@@ -47,8 +56,13 @@ def test_single_prefix_gives_plain_datasets_and_none_for_empty_splits(corpora, t
 
 def test_weighted_blend_sizes_mid_level_datasets_with_the_surplus(corpora, tmp_path):
     weights = [0.5, 0.3, 0.2]
-    train, valid, test = build(tmp_path, [200, 20, 10], blend=(corpora, weights), split="80,10,10",
-                               mid_level_dataset_surplus=0.25)
+    train, valid, test = build(
+        tmp_path,
+        [200, 20, 10],
+        blend=(corpora, weights),
+        split="80,10,10",
+        mid_level_dataset_surplus=0.25,
+    )
     for split, dataset, size in ((0, train, 200), (1, valid, 20), (2, test, 10)):
         assert isinstance(dataset, BlendedDataset)
         target = get_size_per_split_per_dataset(weights, [200, 20, 10])
@@ -62,7 +76,8 @@ def test_unweighted_blend_is_capped_at_the_total(corpora, tmp_path):
     lengths = [len(d) for d in train.datasets]
     assert [d.num_samples for d in train.datasets] == [None] * 3
     assert len(train) == sum(lengths) and train.weights == pytest.approx(
-        list(numpy.array(lengths) / sum(lengths)))
+        list(numpy.array(lengths) / sum(lengths))
+    )
     assert len(valid) == 5
 
 
@@ -79,16 +94,22 @@ def test_weighted_single_prefix_still_blends(corpora, tmp_path):
 
 def test_blend_per_split_and_multiple_validation_sets(corpora, tmp_path):
     per_split = [(corpora[:2], [0.6, 0.4]), (corpora, None), ([corpora[2]], None)]
-    train, valid, test = build(tmp_path, [60, None, 7], blend_per_split=per_split,
-                               multiple_validation_sets=True, full_validation=True)
+    train, valid, test = build(
+        tmp_path,
+        [60, None, 7],
+        blend_per_split=per_split,
+        multiple_validation_sets=True,
+        full_validation=True,
+    )
     assert isinstance(train, BlendedDataset) and len(train) == 60
     assert isinstance(valid, list) and len(valid) == 3
     for prefix, dataset in zip(corpora, valid):
         alone = build(tmp_path, [0, None, 0], blend_per_split=[None, ([prefix], None), None])[1]
         assert type(dataset) is GPTDataset and same_samples(dataset, alone)
     assert type(test) is GPTDataset and len(test) >= 7
-    assert build(tmp_path, [1, None, None], blend_per_split=[([corpora[0]], None), None, None])[1:] \
-        == [None, None]
+    assert build(tmp_path, [1, None, None], blend_per_split=[([corpora[0]], None), None, None])[
+        1:
+    ] == [None, None]
 
 
 def test_mock_without_blend(tmp_path):
@@ -101,21 +122,31 @@ def test_mock_without_blend(tmp_path):
 
 def test_sequences_per_dataset_from_the_cli_gives_the_same_datasets(corpora, tmp_path):
     seqs = tmp_path / "seqs.json"
-    assert cli_main(["build-sequences-per-dataset", "--no-progress", *corpora, "-o", str(seqs)]) == 0
+    assert (
+        cli_main(["build-sequences-per-dataset", "--no-progress", *corpora, "-o", str(seqs)]) == 0
+    )
     plain = build(tmp_path / "a", [80, 8, 2], blend=(corpora, [3, 2, 1]), split="80,10,10")
-    counted = build(tmp_path / "b", [80, 8, 2], blend=(corpora, [3, 2, 1]), split="80,10,10",
-                    sequences_per_dataset=json.loads(seqs.read_text()))
+    counted = build(
+        tmp_path / "b",
+        [80, 8, 2],
+        blend=(corpora, [3, 2, 1]),
+        split="80,10,10",
+        sequences_per_dataset=json.loads(seqs.read_text()),
+    )
     for a, b in zip(plain, counted):
         assert numpy.array_equal(a.dataset_index, b.dataset_index) and same_samples(a, b)
 
 
-@pytest.mark.parametrize("sizes, message", [
-    ([10, 10], "one size per split"),
-    ("abc", "one size per split"),
-    ([10, -1, None], r"sizes\[valid\]=-1"),
-    ([10, 1.5, None], r"sizes\[valid\]=1.5"),
-    ([10, True, None], r"sizes\[valid\]=True"),
-])
+@pytest.mark.parametrize(
+    "sizes, message",
+    [
+        ([10, 10], "one size per split"),
+        ("abc", "one size per split"),
+        ([10, -1, None], r"sizes\[valid\]=-1"),
+        ([10, 1.5, None], r"sizes\[valid\]=1.5"),
+        ([10, True, None], r"sizes\[valid\]=True"),
+    ],
+)
 def test_bad_sizes(corpora, tmp_path, sizes, message):
     with pytest.raises(ConfigError, match=message):
         build(tmp_path, sizes, blend=(corpora, None), split="90,10,0")
@@ -125,14 +156,23 @@ def test_weights_need_sizes(corpora, tmp_path):
     with pytest.raises(ConfigError, match="the test split has blend weights"):
         build(tmp_path, [10, 10, None], blend=(corpora, [1, 1, 1]), split="90,10,0")
     with pytest.raises(ConfigError, match="the valid split has blend weights"):
-        build(tmp_path, [10, None, None], blend_per_split=[None, (corpora, [1, 2, 3]), None],
-              multiple_validation_sets=True)
+        build(
+            tmp_path,
+            [10, None, None],
+            blend_per_split=[None, (corpora, [1, 2, 3]), None],
+            multiple_validation_sets=True,
+        )
 
 
 def test_full_validation_needs_no_valid_size(corpora, tmp_path):
     with pytest.raises(ConfigError, match="full_validation"):
-        build(tmp_path, [0, 5, 0], blend_per_split=[None, (corpora, None), None],
-              multiple_validation_sets=True, full_validation=True)
+        build(
+            tmp_path,
+            [0, 5, 0],
+            blend_per_split=[None, (corpora, None), None],
+            multiple_validation_sets=True,
+            full_validation=True,
+        )
 
 
 @pytest.mark.timeout(60)
@@ -143,9 +183,15 @@ def test_empty_split_fails_fast_instead_of_looping(corpora, tmp_path):
 
 def test_surplus_arithmetic_matches_megatron():
     assert get_size_per_split_per_dataset([0.5, 0.3, 0.2], [500, 50, 20], 0.005) == [
-        [252, 26, 11], [151, 16, 7], [101, 11, 5]]
+        [252, 26, 11],
+        [151, 16, 7],
+        [101, 11, 5],
+    ]
     assert get_size_per_split_per_dataset([0.5, 0.3, 0.2], [500, 50, 20]) == [
-        [250, 25, 10], [150, 15, 6], [100, 10, 4]]
+        [250, 25, 10],
+        [150, 15, 6],
+        [100, 10, 4],
+    ]
     with pytest.raises(ConfigError, match="normalised"):
         get_size_per_split_per_dataset([1, 1], [10, 0, 0])
 
@@ -167,8 +213,7 @@ def test_build_pauses_the_cyclic_collector_and_restores_it(corpora, tmp_path):
         build(tmp_path, [10, 0, 0], blend=(corpora[:2], [1.0, 1.0]), split="100,0,0")
         assert seen and not any(seen) and gc.isenabled()
         with pytest.raises(FormatError):
-            build(tmp_path, [10, 0, 0], blend=([str(tmp_path / "missing")], None),
-                  split="100,0,0")
+            build(tmp_path, [10, 0, 0], blend=([str(tmp_path / "missing")], None), split="100,0,0")
         assert gc.isenabled()
         gc.disable()
         try:

@@ -68,7 +68,7 @@ def test_touched_prefix_misses_but_keeps_its_samples(corpora, tmp_path):
     assert samples(warm) == cold
     # the touched .idx was read again and its new stat recorded (its cache key, hence
     # its cached length, is unchanged: same size, mtime and content)
-    memo_file, = glob.glob(str(tmp_path / "cache" / "*-startup-memo.json"))
+    (memo_file,) = glob.glob(str(tmp_path / "cache" / "*-startup-memo.json"))
     recorded = startup_memo.StartupMemo.load(memo_file).recorded_rows()
     idx = os.path.abspath(corpora[2] + ".idx")
     assert recorded[idx][:4] == list(stat_key(os.stat(idx)))
@@ -79,7 +79,9 @@ def test_add_extra_token_change_uses_other_indices(corpora, tmp_path):
     build(corpora, tmp_path / "cache")
     other = build(corpora, tmp_path / "cache", add_extra_token_to_sequence=False)
     assert deferred(other) == [True] * 4  # file facts still hold...
-    assert all(d.cached_indices.expected_length is None for d in other.datasets)  # ...lengths do not
+    assert all(
+        d.cached_indices.expected_length is None for d in other.datasets
+    )  # ...lengths do not
     fresh = build(corpora, tmp_path / "fresh", add_extra_token_to_sequence=False)
     assert samples(other) == samples(fresh)
 

@@ -71,30 +71,41 @@ def test_file_identity_json_matches(corpora, tmp_path):  # noqa: F811
     from tokenloom.builder.startup import Startup, identity_json
     from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer
 
-    config = GPTDatasetConfig(random_seed=1, sequence_length=8, split="100,0,0",
-                              reset_position_ids=False, reset_attention_mask=False,
-                              eod_mask_loss=False,
-                              tokenizer=SimpleTokenizer(100, 0), blend=([corpora[1]], None),
-                              path_to_cache=str(tmp_path / "cache"))
+    config = GPTDatasetConfig(
+        random_seed=1,
+        sequence_length=8,
+        split="100,0,0",
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        tokenizer=SimpleTokenizer(100, 0),
+        blend=([corpora[1]], None),
+        path_to_cache=str(tmp_path / "cache"),
+    )
     startup = Startup(startup_memo.StartupMemo(str(tmp_path / "memo.json")), config, True)
-    for opened in (startup.open(GPTDataset, corpora[1]),  # a small .idx: read in one call
-                   LazyIndexedDataset(startup.memo.facts(corpora[1]), opened=IndexedDataset(corpora[1]))):
+    for opened in (
+        startup.open(GPTDataset, corpora[1]),  # a small .idx: read in one call
+        LazyIndexedDataset(startup.memo.facts(corpora[1]), opened=IndexedDataset(corpora[1])),
+    ):
         facts = opened.facts
         assert facts.file_identity() == file_identity(corpora[1])
         assert identity_json(facts) == describe(file_identity(corpora[1]))
         assert opened.file_identity() == IndexedDataset(corpora[1]).file_identity()
 
 
-@pytest.mark.parametrize("prefix", ["a/b", "a//b", "./a/../b", "b", "a/b/", "a/.", "a/..",
-                                    "/x/y", "/", "a/b.c", "..", "."])
+@pytest.mark.parametrize(
+    "prefix",
+    ["a/b", "a//b", "./a/../b", "b", "a/b/", "a/.", "a/..", "/x/y", "/", "a/b.c", "..", "."],
+)
 def test_idx_path_from_the_absolute_prefix(prefix):
     expected = os.path.abspath(prefix + ".idx")
     assert startup_memo.idx_path(prefix, os.path.abspath(prefix)) == expected
     assert startup_memo.idx_path(prefix, None) == expected
 
 
-@pytest.mark.parametrize("value", ["p\u00e9\"\\\n", "", 0, -3, 10**30, None, True, 1.5,
-                                   [1, "x"], {"a": None}])
+@pytest.mark.parametrize(
+    "value", ['p\u00e9"\\\n', "", 0, -3, 10**30, None, True, 1.5, [1, "x"], {"a": None}]
+)
 def test_json_scalar_is_describe(value):
     assert json_scalar(value) == describe(value)
 
@@ -107,13 +118,21 @@ def test_valid_split_keys_follow_drop_last_partial_validation_sequence(corpora, 
 
     def splits(drop):
         config = GPTDatasetConfig(
-            random_seed=3, sequence_length=24, reset_position_ids=False,
-            reset_attention_mask=False, eod_mask_loss=False, split="80,20,0",
-            tokenizer=SimpleTokenizer(32000, EOD), path_to_cache=str(tmp_path / "cache"),
-            blend=(list(corpora), [4.0, 3.0, 2.0, 1.0]), mid_level_dataset_surplus=0.05,
-            drop_last_partial_validation_sequence=drop)
-        built = BlendedMegatronDatasetBuilder(GPTDataset, [100, 20, 0], lambda: True,
-                                              config).build()
+            random_seed=3,
+            sequence_length=24,
+            reset_position_ids=False,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+            split="80,20,0",
+            tokenizer=SimpleTokenizer(32000, EOD),
+            path_to_cache=str(tmp_path / "cache"),
+            blend=(list(corpora), [4.0, 3.0, 2.0, 1.0]),
+            mid_level_dataset_surplus=0.05,
+            drop_last_partial_validation_sequence=drop,
+        )
+        built = BlendedMegatronDatasetBuilder(
+            GPTDataset, [100, 20, 0], lambda: True, config
+        ).build()
         return [d for blend in built[:2] for d in blend.datasets]
 
     for drop in (True, False):
@@ -123,8 +142,10 @@ def test_valid_split_keys_follow_drop_last_partial_validation_sequence(corpora, 
         for dataset in warm:
             assert isinstance(dataset.dataset, LazyIndexedDataset)
             assert dataset.cache_key.description == describe(dataset.cache_identifiers)
-    valid = [{d.cache_key.stem for d in splits(drop) if d.index_split.name == "valid"}
-             for drop in (True, False)]
+    valid = [
+        {d.cache_key.stem for d in splits(drop) if d.index_split.name == "valid"}
+        for drop in (True, False)
+    ]
     assert not valid[0] & valid[1]
 
 
@@ -133,7 +154,9 @@ def test_tokenizer_changed_in_place_changes_the_key(corpora, tmp_path):  # noqa:
     whose identity is edited in place must still give new keys (compared by value)."""
     tokenizer = PlainTokenizer()
     tokenizer.unique_identifiers = OrderedDict([("class", "PlainTokenizer"), ("merges", 1)])
-    first = [d.cache_key.stem for d in build(corpora, tmp_path / "cache", tokenizer=tokenizer).datasets]
+    first = [
+        d.cache_key.stem for d in build(corpora, tmp_path / "cache", tokenizer=tokenizer).datasets
+    ]
     tokenizer.unique_identifiers["merges"] = 2
     warm = build(corpora, tmp_path / "cache", tokenizer=tokenizer)
     assert not set(d.cache_key.stem for d in warm.datasets) & set(first)

@@ -28,10 +28,17 @@ def corpora(tmp_path_factory):
 
 def build(corpora, cache):
     config = GPTDatasetConfig(
-        random_seed=5, sequence_length=16, reset_position_ids=False, reset_attention_mask=False,
-        eod_mask_loss=False, split="100,0,0", tokenizer=SimpleTokenizer(32000, EOD),
-        path_to_cache=str(cache), blend=(list(corpora), [6, 5, 4, 3, 2, 1]),
-        mid_level_dataset_surplus=0.05)
+        random_seed=5,
+        sequence_length=16,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        split="100,0,0",
+        tokenizer=SimpleTokenizer(32000, EOD),
+        path_to_cache=str(cache),
+        blend=(list(corpora), [6, 5, 4, 3, 2, 1]),
+        mid_level_dataset_surplus=0.05,
+    )
     return BlendedMegatronDatasetBuilder(GPTDataset, [120, 0, 0], lambda: True, config).build()[0]
 
 
@@ -67,8 +74,9 @@ def test_blend_build_writes_one_pack_and_a_new_process_reads_it(corpora, tmp_pat
 
 @pytest.mark.parametrize("keep_memo", [False, True])
 @pytest.mark.parametrize("damage", ["flip", "truncate", "table"])
-def test_damaged_pack_entries_are_rebuilt_never_served(corpora, tmp_path, damage, keep_memo,
-                                                       caplog):
+def test_damaged_pack_entries_are_rebuilt_never_served(
+    corpora, tmp_path, damage, keep_memo, caplog
+):
     cache = tmp_path / "cache"
     cold = samples(build(corpora, cache))
     pack = os.path.join(cache, cache_pack.PACK_DIR, pack_files(cache)[0])
@@ -113,7 +121,9 @@ def test_queued_entries_are_visible_before_the_pack_is_written(tmp_path):
         got = cache.load(key, NAMES)
         numpy.testing.assert_array_equal(got["a"], arrays["a"])
     assert paths["description"].endswith(cache_pack.PACK_SUFFIX)
-    assert os.path.isfile(paths["description"]) and cache.description_path(key) == paths["description"]
+    assert (
+        os.path.isfile(paths["description"]) and cache.description_path(key) == paths["description"]
+    )
     forget_packs()
     numpy.testing.assert_array_equal(cache.load(key, NAMES)["b"], arrays["b"])
 
@@ -134,9 +144,14 @@ def test_newest_pack_wins_and_an_entry_file_beats_both(tmp_path):
     for value in (1, 2):
         with EntryPacker(str(tmp_path)) as packer:
             IndexCache(str(tmp_path), packer=packer).store(key, {"a": numpy.full(4, value)})
-        newest = os.path.join(tmp_path, cache_pack.PACK_DIR, sorted(
-            pack_files(tmp_path), key=lambda n: os.stat(
-                os.path.join(tmp_path, cache_pack.PACK_DIR, n)).st_mtime_ns)[-1])
+        newest = os.path.join(
+            tmp_path,
+            cache_pack.PACK_DIR,
+            sorted(
+                pack_files(tmp_path),
+                key=lambda n: os.stat(os.path.join(tmp_path, cache_pack.PACK_DIR, n)).st_mtime_ns,
+            )[-1],
+        )
         os.utime(newest, ns=(value * 10**18, value * 10**18))  # distinct mtimes
     forget_packs()
     assert cache.load(key, ["a"])["a"].tolist() == [2] * 4
@@ -175,8 +190,9 @@ def test_pack_layout_round_trip():
 
 
 @pytest.mark.parametrize("damage", ["flip", "table"])
-def test_pack_damaged_under_a_long_lived_process_is_forgotten_once(corpora, tmp_path, damage,
-                                                                   caplog):
+def test_pack_damaged_under_a_long_lived_process_is_forgotten_once(
+    corpora, tmp_path, damage, caplog
+):
     """A damaged entry (flip: the process knew the pack before) or table (the process
     reads the damaged pack afresh) is rebuilt once, into one new pack, which later builds
     reuse: no new pack on every build, and one warning."""

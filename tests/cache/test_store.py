@@ -30,9 +30,11 @@ NAMES = ["a", "b", "empty"]
 
 
 def arrays():
-    return {"a": numpy.arange(1000, dtype=numpy.int32),
-            "b": numpy.arange(20, dtype=numpy.int64).reshape(10, 2) * 3,
-            "empty": numpy.zeros((0, 2), dtype=numpy.int32)}
+    return {
+        "a": numpy.arange(1000, dtype=numpy.int32),
+        "b": numpy.arange(20, dtype=numpy.int64).reshape(10, 2) * 3,
+        "empty": numpy.zeros((0, 2), dtype=numpy.int32),
+    }
 
 
 @pytest.fixture
@@ -122,9 +124,19 @@ def _bad_extent_valid_crc(path):
     _rewrite_header(path, record)
 
 
-@pytest.mark.parametrize("damage", [_flip_byte_of_a, _flip_last_byte, _truncate, _extend,
-                                    _bad_header, _bad_dtype_valid_crc, _bad_extent_valid_crc,
-                                    os.unlink])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _flip_byte_of_a,
+        _flip_last_byte,
+        _truncate,
+        _extend,
+        _bad_header,
+        _bad_dtype_valid_crc,
+        _bad_extent_valid_crc,
+        os.unlink,
+    ],
+)
 def test_damaged_array_is_never_used(stored, damage):
     cache, key = stored
     damage(cache.paths(key, ["a"])["a"])
@@ -145,8 +157,9 @@ def test_size_check_skips_the_checksum(stored):
     assert cache.lookup(key, NAMES, verify="size") is None
 
 
-@pytest.mark.parametrize("content", [b"", b"{broken", b"TLIDXC03" + bytes(20),
-                                     json.dumps({"format": "other"}).encode()])
+@pytest.mark.parametrize(
+    "content", [b"", b"{broken", b"TLIDXC03" + bytes(20), json.dumps({"format": "other"}).encode()]
+)
 def test_damaged_description_is_never_used(stored, content):
     cache, key = stored
     open(cache.description_path(key), "wb").write(content)
@@ -155,8 +168,9 @@ def test_damaged_description_is_never_used(stored, content):
         cache.lookup(key, NAMES, on_corrupt="raise")
 
 
-@pytest.mark.parametrize("field, value", [("format", "tokenloom-index-cache/2"),
-                                          ("description", []), ("hash", "0" * 32)])
+@pytest.mark.parametrize(
+    "field, value", [("format", "tokenloom-index-cache/2"), ("description", []), ("hash", "0" * 32)]
+)
 def test_header_of_another_format_or_key_is_rejected(stored, field, value):
     cache, key = stored
     record, _ = _header(cache.entry_path(key))
@@ -191,6 +205,7 @@ def test_crash_while_writing_leaves_nothing_loadable(tmp_path, monkeypatch):
     @contextlib.contextmanager
     def dying_open(path, mode, durable=True):
         with real_open(path, mode, durable=durable) as handle:
+
             class Dying:
                 calls = 0
 

@@ -46,16 +46,23 @@ def test_weighted_data_path_and_duplicates(corpora):
 
 def test_per_split_file(corpora):
     blend = corpora / "blend.json"
-    blend.write_text(json.dumps({
-        "train": ["0.7", str(corpora / "c0"), "0.3", str(corpora / "c1")],
-        "valid": [str(corpora / "c2")],
-        "test": None,
-    }))
+    blend.write_text(
+        json.dumps(
+            {
+                "train": ["0.7", str(corpora / "c0"), "0.3", str(corpora / "c1")],
+                "valid": [str(corpora / "c2")],
+                "test": None,
+            }
+        )
+    )
     out = corpora / "seqs.json"
     assert _run("--per-split-data-args-path", blend, "--output", out) == 0
     got = json.loads(out.read_text())
     assert {k.rsplit("/", 1)[1]: v for k, v in got.items()} == {
-        "c0": [300, 301], "c1": [120, 121], "c2": [60, 61]}
+        "c0": [300, 301],
+        "c1": [120, 121],
+        "c2": [60, 61],
+    }
 
 
 def test_multi_sequence_documents_count_sequences_not_documents(tmp_path):
@@ -79,11 +86,14 @@ def test_config_reads_the_file(corpora):
     assert load_sequences_per_dataset(str(out)) == {str(corpora / "c1"): (120, 121)}
 
 
-@pytest.mark.parametrize("argv, message", [
-    ([], "exactly one form"),
-    (["a", "--data-path", "b"], "exactly one form"),
-    (["missing/prefix"], "missing/prefix.idx"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "exactly one form"),
+        (["a", "--data-path", "b"], "exactly one form"),
+        (["missing/prefix"], "missing/prefix.idx"),
+    ],
+)
 def test_errors_are_clear_and_write_nothing(tmp_path, capsys, argv, message):
     out = tmp_path / "seqs.json"
     assert _run(*argv, "-o", out) == 1

@@ -18,8 +18,19 @@ def _single_threaded_hf(monkeypatch):
 
 def test_demo_runs_offline_and_reports(tmp_path, capsys):
     out = tmp_path / "demo"
-    code = main(["demo", "--output-dir", str(out), "--max-files", "12", "--vocab-size", "600",
-                 "--sequence-length", "32"])
+    code = main(
+        [
+            "demo",
+            "--output-dir",
+            str(out),
+            "--max-files",
+            "12",
+            "--vocab-size",
+            "600",
+            "--sequence-length",
+            "32",
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0
     for name in ("code", "docs"):

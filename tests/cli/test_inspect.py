@@ -47,7 +47,8 @@ def test_json_report(prefix, capsys):
     assert report["ok"] is True and report["problems"] == []
     assert (report["sequence_count"], report["document_count"], report["token_count"]) == (4, 3, 7)
     assert report["sequence_length"] == pytest.approx(
-        {"min": 1, "mean": 1.75, "p50": 1.5, "p99": 2.97, "max": 3})
+        {"min": 1, "mean": 1.75, "p50": 1.5, "p99": 2.97, "max": 3}
+    )
     assert report["preview"] == [{"sequence": 0, "length": 3, "tokens": [5, 6], "truncated": True}]
 
 
@@ -99,13 +100,18 @@ def test_console_script(golden_dir, tmp_path):
         pytest.skip(f"console script not installed next to {sys.executable}")
     for ext in (".bin", ".idx"):
         shutil.copy(golden_dir / "format" / f"i32_multiseq{ext}", tmp_path / f"c{ext}")
-    result = subprocess.run([str(script), "inspect", str(tmp_path / "c"), "--vocab-size", "2147483647"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(script), "inspect", str(tmp_path / "c"), "--vocab-size", "2147483647"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "dtype int32 (code 4)" in result.stdout and "sequences:  120" in result.stdout
     with open(tmp_path / "c.bin", "r+b") as handle:
         handle.truncate(100)
-    result = subprocess.run([str(script), "inspect", str(tmp_path / "c")],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(script), "inspect", str(tmp_path / "c")], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 1
     assert "c.bin: data file is 100 bytes" in result.stderr

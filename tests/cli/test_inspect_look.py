@@ -21,8 +21,10 @@ def test_inspect_shows_the_sidecar(hf_prefix, hf_path, capsys):  # noqa: F811
     assert f"provenance: {hf_prefix}.json (tokenloom " in out
     assert "tokenizer:  HFTokenizer tokenizer.json sha256 " in out and "(vocab 600)" in out
     assert "special tokens <|endoftext|>=0" in out
-    assert "settings:   key 'text', document level, append EOD yes (id 0), special tokens " \
-           "added yes" in out
+    assert (
+        "settings:   key 'text', document level, append EOD yes (id 0), special tokens "
+        "added yes" in out
+    )
     assert "file: " in out and "out.jsonl sha256 " in out
     assert main(["inspect", hf_prefix, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -41,8 +43,21 @@ def test_megatron_pair_has_no_sidecar_and_inspects_fine(tmp_path, capsys):
 
 
 def test_show_decodes_documents(hf_prefix, hf_path, real_texts, capsys):  # noqa: F811
-    assert main(["inspect", hf_prefix, "--tokenizer", f"hf:{hf_path}", "--show", "3",
-                 "--show-chars", "0"]) == 0
+    assert (
+        main(
+            [
+                "inspect",
+                hf_prefix,
+                "--tokenizer",
+                f"hf:{hf_path}",
+                "--show",
+                "3",
+                "--show-chars",
+                "0",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert f"decoded:    decoded with hf:{hf_path}" in out
     for i in range(3):
@@ -81,7 +96,7 @@ def test_plot_compares_prefixes(tmp_path, hf_prefix, spm_prefix, capsys):  # noq
     assert image.shape == (450, 1500, 3)
     assert float(image.var()) > 0.005  # not blank
     ink = (image.min(axis=2) < 0.5).mean(axis=0)  # share of dark pixels per column
-    thirds = [ink[i * 500:(i + 1) * 500].sum() for i in range(3)]
+    thirds = [ink[i * 500 : (i + 1) * 500].sum() for i in range(3)]
     assert min(thirds) > 5  # every panel has axes, curves and labels drawn
     colours = image.reshape(-1, 3)
     blue = ((colours[:, 2] > 0.6) & (colours[:, 0] < 0.3)).sum()  # first prefix's curve
@@ -95,8 +110,9 @@ def test_plot_compares_prefixes(tmp_path, hf_prefix, spm_prefix, capsys):  # noq
 
 def test_plot_samples_large_files(tmp_path, hf_prefix, capsys):  # noqa: F811
     out = tmp_path / "few.png"
-    assert main(["inspect", hf_prefix, "--plot", str(out), "--plot-max-tokens", "10",
-                 "--json"]) == 0
+    assert (
+        main(["inspect", hf_prefix, "--plot", str(out), "--plot-max-tokens", "10", "--json"]) == 0
+    )
     sampled = json.loads(capsys.readouterr().out)["plot"]["sampled_tokens"]
     assert list(sampled.values()) == [10]  # of the file's 27,000-odd tokens
     assert os.path.getsize(out) > 10_000

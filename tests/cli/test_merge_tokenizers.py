@@ -31,12 +31,18 @@ def test_same_tokenizer_merges_with_a_sidecar(tmp_path, real_texts, hf_path, cap
     assert [part["prefix"] for part in record["merged_from"]] == [a, b]
     assert record["counts"]["documents"] == 9 and stale_problems(out, record) == []
     assert [entry["path"] for entry in record["inputs"]] == [
-        read_sidecar(a)["inputs"][0]["path"], read_sidecar(b)["inputs"][0]["path"]]
+        read_sidecar(a)["inputs"][0]["path"],
+        read_sidecar(b)["inputs"][0]["path"],
+    ]
     assert capsys.readouterr().err == ""
 
 
-def test_different_tokenizers_are_refused_naming_both(tmp_path, hf_prefix, spm_prefix,  # noqa: F811
-                                                      capsys):
+def test_different_tokenizers_are_refused_naming_both(
+    tmp_path,
+    hf_prefix,
+    spm_prefix,  # noqa: F811
+    capsys,
+):
     out = str(tmp_path / "mixed")
     assert main(["merge", "--no-progress", "--output-prefix", out, hf_prefix, spm_prefix]) == 1
     err = capsys.readouterr().err
@@ -48,8 +54,20 @@ def test_different_tokenizers_are_refused_naming_both(tmp_path, hf_prefix, spm_p
 
 def test_allow_mixed_tokenizers(tmp_path, hf_prefix, spm_prefix, capsys):  # noqa: F811
     out = str(tmp_path / "mixed")
-    assert main(["merge", "--no-progress", "--allow-mixed-tokenizers", "--output-prefix", out,
-                 hf_prefix, spm_prefix]) == 0
+    assert (
+        main(
+            [
+                "merge",
+                "--no-progress",
+                "--allow-mixed-tokenizers",
+                "--output-prefix",
+                out,
+                hf_prefix,
+                spm_prefix,
+            ]
+        )
+        == 0
+    )
     assert "warning: mixing tokenizers" in capsys.readouterr().err
     assert _documents(out) == _documents(hf_prefix) + _documents(spm_prefix)
     identity = read_sidecar(out)["tokenizer"]
@@ -72,8 +90,10 @@ def test_megatron_pairs_without_sidecar_merge_with_a_note(tmp_path, hf_prefix, c
     assert record["tokenizer"] is None and record["merged_from"][1]["has_sidecar"] is False
     assert _documents(out)[-1] == [5, 6, 7]
     # the merged pair's sidecar names no tokenizer: merging it again is not checked, not refused
-    assert main(["merge", "--no-progress", "--output-prefix", str(tmp_path / "o2"), out,
-                 hf_prefix]) == 0
+    assert (
+        main(["merge", "--no-progress", "--output-prefix", str(tmp_path / "o2"), out, hf_prefix])
+        == 0
+    )
     assert "names no single tokenizer" in capsys.readouterr().err
 
 
@@ -81,8 +101,12 @@ def test_special_token_setting_difference_is_a_note(tmp_path, real_texts, hf_pat
     from tokenloom.tokenizers import load_tokenizer
 
     a = build(tmp_path, real_texts[:2], load_tokenizer(f"hf:{hf_path}"), name="a")
-    b = build(tmp_path, real_texts[:2], load_tokenizer(f"hf:{hf_path}", add_special_tokens=False),
-              name="b")
+    b = build(
+        tmp_path,
+        real_texts[:2],
+        load_tokenizer(f"hf:{hf_path}", add_special_tokens=False),
+        name="b",
+    )
     assert main(["merge", "--no-progress", "--output-prefix", str(tmp_path / "o"), a, b]) == 0
     assert "has add_special_tokens=False but" in capsys.readouterr().err
     assert json.loads(open(str(tmp_path / "o.json")).read())["tokenizer"]["kind"] == "HFTokenizer"

@@ -17,16 +17,43 @@ def _run(*argv):
 
 
 def _lines(text: str) -> dict:
-    return {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip()
-            for line in text.splitlines() if ":" in line}
+    return {
+        line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip()
+        for line in text.splitlines()
+        if ":" in line
+    }
 
 
 def test_plan_follows_megatron_training_arithmetic(tmp_path, capsys):
-    argv = ["--dry-run", "--data-path", "some/prefix", "--split", "98,2,0", "--seq-length", "64",
-            "--vocab-size", "32000", "--eod", "2", "--data-cache-path", tmp_path / "cache",
-            "--world-size", 16, "--tensor-model-parallel-size", 2,
-            "--pipeline-model-parallel-size", 2, "--micro-batch-size", 3,
-            "--train-iters", 100, "--eval-interval", 30, "--eval-iters", 2]
+    argv = [
+        "--dry-run",
+        "--data-path",
+        "some/prefix",
+        "--split",
+        "98,2,0",
+        "--seq-length",
+        "64",
+        "--vocab-size",
+        "32000",
+        "--eod",
+        "2",
+        "--data-cache-path",
+        tmp_path / "cache",
+        "--world-size",
+        16,
+        "--tensor-model-parallel-size",
+        2,
+        "--pipeline-model-parallel-size",
+        2,
+        "--micro-batch-size",
+        3,
+        "--train-iters",
+        100,
+        "--eval-interval",
+        30,
+        "--eval-iters",
+        2,
+    ]
     assert _run(*argv) == 0
     out = _lines(capsys.readouterr().out)
     assert out["world size"] == "16"
@@ -40,10 +67,12 @@ def test_plan_follows_megatron_training_arithmetic(tmp_path, capsys):
 
 def test_yaml_config_with_megatron_names_and_flag_override(tmp_path, capsys):
     config = tmp_path / "train.yaml"
-    config.write_text("data_path: [a, b]\nsplit: '90,10,0'\nseq_length: 32\nseed: 7\n"
-                      "data_cache_path: cache\ntokenizer: {vocab_size: 100, eod: 1}\n"
-                      "train_iters: 10\neval_interval: 5\neval_iters: 1\nglobal_batch_size: 8\n"
-                      "full_validation: true\n")
+    config.write_text(
+        "data_path: [a, b]\nsplit: '90,10,0'\nseq_length: 32\nseed: 7\n"
+        "data_cache_path: cache\ntokenizer: {vocab_size: 100, eod: 1}\n"
+        "train_iters: 10\neval_interval: 5\neval_iters: 1\nglobal_batch_size: 8\n"
+        "full_validation: true\n"
+    )
     assert _run("--config", config, "--global-batch-size", 4, "--dry-run") == 0
     assert _lines(capsys.readouterr().out)["target samples"] == "train 40 | valid None | test 4"
 
@@ -52,12 +81,21 @@ def test_yaml_config_with_megatron_names_and_flag_override(tmp_path, capsys):
 def per_split_config(golden_dir, tmp_path):
     corpora = golden_dir / "corpora"
     config = {
-        "per_split_data_args_path": {"train": ["0.6", str(corpora / "c0"), "0.4", str(corpora / "c1")],
-                                     "valid": [str(corpora / "c2")],
-                                     "test": [str(corpora / "c1"), str(corpora / "c2")]},
-        "seq_length": 48, "seed": 99, "data_cache_path": str(tmp_path / "cache"),
-        "vocab_size": 32000, "eod": 2, "train_iters": 25, "eval_interval": 10,
-        "eval_iters": 2, "global_batch_size": 8, "num_dataset_builder_threads": 2,
+        "per_split_data_args_path": {
+            "train": ["0.6", str(corpora / "c0"), "0.4", str(corpora / "c1")],
+            "valid": [str(corpora / "c2")],
+            "test": [str(corpora / "c1"), str(corpora / "c2")],
+        },
+        "seq_length": 48,
+        "seed": 99,
+        "data_cache_path": str(tmp_path / "cache"),
+        "vocab_size": 32000,
+        "eod": 2,
+        "train_iters": 25,
+        "eval_interval": 10,
+        "eval_iters": 2,
+        "global_batch_size": 8,
+        "num_dataset_builder_threads": 2,
     }
     path = tmp_path / "train.json"
     path.write_text(json.dumps(config))
@@ -82,26 +120,123 @@ def test_prepares_every_cache_the_run_needs(per_split_config, capsys, monkeypatc
     settings = prepare_cache.load_settings_file(str(per_split_config))
     plan = prepare_cache.compute_plan(settings)
     config = prepare_cache.make_config(settings)
-    train, valid, test = BlendedMegatronDatasetBuilder(GPTDataset, plan.sizes, lambda: True,
-                                                       config).build()
+    train, valid, test = BlendedMegatronDatasetBuilder(
+        GPTDataset, plan.sizes, lambda: True, config
+    ).build()
     assert len(train) == 200 and len(valid) >= 48 and len(test) == 16
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--seq-length", 8, "--vocab-size", 9, "--eod", 1, "--train-iters", 1], "mock data"),
-    (["--data-path", "a", "--split", "1", "--seq-length", 8, "--vocab-size", 9, "--eod", 1,
-      "--train-iters", 1, "--eval-interval", 1, "--global-batch-size", 2], "--data-cache-path"),
-    (["--data-path", "a", "--split", "1", "--seq-length", 8, "--data-cache-path", "c",
-      "--train-iters", 1], "--vocab-size"),
-    (["--data-path", "a", "--split", "1", "--seq-length", 8, "--vocab-size", 9, "--eod", 1,
-      "--data-cache-path", "c", "--train-iters", 1, "--eval-interval", 1,
-      "--global-batch-size", 2, "--world-size", 6, "--tensor-model-parallel-size", 4],
-     "not divisible"),
-    (["--data-path", "a", "--split", "1", "--seq-length", 8, "--vocab-size", 9, "--eod", 1,
-      "--data-cache-path", "c", "--eval-interval", 1, "--global-batch-size", 2], "train_iters"),
-    (["--data-path", "a", "--split", "1", "--seq-length", 8, "--vocab-size", 9, "--eod", 1,
-      "--data-cache-path", "c", "--train-iters", 4, "--eval-interval", 1], "global_batch_size"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--seq-length", 8, "--vocab-size", 9, "--eod", 1, "--train-iters", 1], "mock data"),
+        (
+            [
+                "--data-path",
+                "a",
+                "--split",
+                "1",
+                "--seq-length",
+                8,
+                "--vocab-size",
+                9,
+                "--eod",
+                1,
+                "--train-iters",
+                1,
+                "--eval-interval",
+                1,
+                "--global-batch-size",
+                2,
+            ],
+            "--data-cache-path",
+        ),
+        (
+            [
+                "--data-path",
+                "a",
+                "--split",
+                "1",
+                "--seq-length",
+                8,
+                "--data-cache-path",
+                "c",
+                "--train-iters",
+                1,
+            ],
+            "--vocab-size",
+        ),
+        (
+            [
+                "--data-path",
+                "a",
+                "--split",
+                "1",
+                "--seq-length",
+                8,
+                "--vocab-size",
+                9,
+                "--eod",
+                1,
+                "--data-cache-path",
+                "c",
+                "--train-iters",
+                1,
+                "--eval-interval",
+                1,
+                "--global-batch-size",
+                2,
+                "--world-size",
+                6,
+                "--tensor-model-parallel-size",
+                4,
+            ],
+            "not divisible",
+        ),
+        (
+            [
+                "--data-path",
+                "a",
+                "--split",
+                "1",
+                "--seq-length",
+                8,
+                "--vocab-size",
+                9,
+                "--eod",
+                1,
+                "--data-cache-path",
+                "c",
+                "--eval-interval",
+                1,
+                "--global-batch-size",
+                2,
+            ],
+            "train_iters",
+        ),
+        (
+            [
+                "--data-path",
+                "a",
+                "--split",
+                "1",
+                "--seq-length",
+                8,
+                "--vocab-size",
+                9,
+                "--eod",
+                1,
+                "--data-cache-path",
+                "c",
+                "--train-iters",
+                4,
+                "--eval-interval",
+                1,
+            ],
+            "global_batch_size",
+        ),
+    ],
+)
 def test_bad_settings_are_clear_errors(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     assert _run("--dry-run", *argv) == 1
@@ -125,6 +260,12 @@ def test_help_teaches(capsys):
     with pytest.raises(SystemExit):
         main(["prepare-cache", "--help"])
     text = capsys.readouterr().out
-    for needle in ("train_iters // eval_interval + 1", "data-parallel size", "example",
-                   "--data-cache-path", "--prepare-cache-world-size", "Mock data"):
+    for needle in (
+        "train_iters // eval_interval + 1",
+        "data-parallel size",
+        "example",
+        "--data-cache-path",
+        "--prepare-cache-world-size",
+        "Mock data",
+    ):
         assert needle in text

@@ -16,9 +16,18 @@ from tokenloom.cli.preview import sample_segments
 
 def _config(tmp_path, prefixes, weights, **extra) -> str:
     blend = [str(v) for pair in zip(weights, prefixes) for v in pair]
-    config = {"data_path": blend, "split": "100,0,0", "seq_length": 64, "seed": 1234,
-              "data_cache_path": str(tmp_path / "cache"), "train_iters": 50,
-              "eval_interval": 1000, "eval_iters": 0, "global_batch_size": 8, **extra}
+    config = {
+        "data_path": blend,
+        "split": "100,0,0",
+        "seq_length": 64,
+        "seed": 1234,
+        "data_cache_path": str(tmp_path / "cache"),
+        "train_iters": 50,
+        "eval_interval": 1000,
+        "eval_iters": 0,
+        "global_batch_size": 8,
+        **extra,
+    }
     path = tmp_path / "train.json"
     path.write_text(json.dumps(config))
     return str(path)
@@ -50,8 +59,11 @@ def test_preview_sources_warning_and_samples(tmp_path, real_texts, hf_path, caps
     texts = "".join(real_texts)
     for sample in samples:
         header, *lines = sample.splitlines()
-        assert re.match(r"\d+ -> .*(big|small)_text_document sample \d+ \(64 tokens, \d+ "
-                        r"document piece\(s\); loss mask keeps \d+/64 labels\) ===", header)
+        assert re.match(
+            r"\d+ -> .*(big|small)_text_document sample \d+ \(64 tokens, \d+ "
+            r"document piece\(s\); loss mask keeps \d+/64 labels\) ===",
+            header,
+        )
         pieces = [line for line in lines if not line.startswith("|--- document")]
         for piece in pieces:  # every decoded piece is real text (EOD and masks aside)
             plain = re.sub(r"\[MASKED: (.*?)\]", r"\1", piece, flags=re.S)
@@ -66,10 +78,12 @@ def test_segments_rebuild_every_sample(tmp_path, real_texts, hf_path):  # noqa: 
     from tokenloom.datasets import GPTDataset
 
     big, small = _corpora(tmp_path, real_texts, hf_path)
-    settings = load_settings_file(_config(tmp_path, [big, small], [0.5, 0.5], vocab_size=600,
-                                          eod=0))
+    settings = load_settings_file(
+        _config(tmp_path, [big, small], [0.5, 0.5], vocab_size=600, eod=0)
+    )
     blend, _, _ = BlendedMegatronDatasetBuilder(
-        GPTDataset, compute_plan(settings).sizes, lambda: True, make_config(settings)).build()
+        GPTDataset, compute_plan(settings).sizes, lambda: True, make_config(settings)
+    ).build()
     for part in blend.datasets:
         for i in range(len(part)):
             segments = sample_segments(part, i)

@@ -23,10 +23,17 @@ def corpora(tmp_path_factory):
 
 
 def make_config(path_to_cache=None, **overrides):
-    fields = dict(random_seed=1234, sequence_length=32, reset_position_ids=False,
-                  reset_attention_mask=False, eod_mask_loss=False, split="100,0,0",
-                  blend=([], None), tokenizer=SimpleTokenizer(32000, EOD),
-                  path_to_cache=None if path_to_cache is None else str(path_to_cache))
+    fields = dict(
+        random_seed=1234,
+        sequence_length=32,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        split="100,0,0",
+        blend=([], None),
+        tokenizer=SimpleTokenizer(32000, EOD),
+        path_to_cache=None if path_to_cache is None else str(path_to_cache),
+    )
     fields.update(overrides)
     return fields
 
@@ -53,7 +60,9 @@ def test_sized_blend_follows_the_kernel_and_returns_sub_samples(parts, config):
     blend = BlendedDataset(parts, [5, 3, 2], 200, config)
     want_index, want_sample = build_blending_indices(numpy.array([0.5, 0.3, 0.2]), 200)
     assert blend.weights == [0.5, 0.3, 0.2] and len(blend) == 200
-    assert blend.dataset_index.dtype == numpy.int16 and blend.dataset_sample_index.dtype == numpy.int64
+    assert (
+        blend.dataset_index.dtype == numpy.int16 and blend.dataset_sample_index.dtype == numpy.int64
+    )
     assert numpy.array_equal(blend.dataset_index, want_index)
     assert numpy.array_equal(blend.dataset_sample_index, want_sample)
     for k in (0, 1, 57, 199, -1):
@@ -111,16 +120,19 @@ def test_oversampling_is_a_config_error_naming_the_surplus(corpora, config):
     assert not isinstance(info.value, AssertionError)
 
 
-@pytest.mark.parametrize("weights, size, message", [
-    ([0.5, 0.5], 10, "2 weights"),
-    ([1.0, 0.0, 1.0], 10, "> 0"),
-    ([1.0, -1.0, 1.0], 10, "> 0"),
-    ([1.0, float("nan"), 1.0], 10, "> 0"),
-    ([1, 2.0, 3], 10, "mix integers and floats"),
-    ([1.5, 2.0, 3.0], None, "whole numbers"),
-    ([1.0, 1.0, 1.0], -1, "size=-1"),
-    ([1.0, 1.0, 1.0], 2.5, "size=2.5"),
-])
+@pytest.mark.parametrize(
+    "weights, size, message",
+    [
+        ([0.5, 0.5], 10, "2 weights"),
+        ([1.0, 0.0, 1.0], 10, "> 0"),
+        ([1.0, -1.0, 1.0], 10, "> 0"),
+        ([1.0, float("nan"), 1.0], 10, "> 0"),
+        ([1, 2.0, 3], 10, "mix integers and floats"),
+        ([1.5, 2.0, 3.0], None, "whole numbers"),
+        ([1.0, 1.0, 1.0], -1, "size=-1"),
+        ([1.0, 1.0, 1.0], 2.5, "size=2.5"),
+    ],
+)
 def test_bad_arguments(parts, config, weights, size, message):
     with pytest.raises(ConfigError, match=message):
         BlendedDataset(parts, weights, size, config)
@@ -169,9 +181,14 @@ def _corrupt(path, how: str, target: str) -> None:
         path.write_bytes(b"{not json")
 
 
-@pytest.mark.parametrize("target, how", [
-    ("dataset_index", "truncate"), ("dataset_sample_index", "flip"), ("description", "garbage"),
-])
+@pytest.mark.parametrize(
+    "target, how",
+    [
+        ("dataset_index", "truncate"),
+        ("dataset_sample_index", "flip"),
+        ("description", "garbage"),
+    ],
+)
 def test_corrupted_cache_is_rebuilt_or_reported(parts, config, tmp_path, target, how):
     first = BlendedDataset(parts, [5, 3, 2], 100, config)
     want = [numpy.array(first.dataset_index), numpy.array(first.dataset_sample_index)]
@@ -210,7 +227,8 @@ def test_deferred_mmap_pickle_and_no_cache(corpora, parts, config):
 
 @pytest.mark.parametrize("defer", [False, True])
 def test_cached_indices_with_valid_checksums_but_out_of_range_are_a_cache_error(
-        parts, config, defer):
+    parts, config, defer
+):
     """An entry written by hand (or an old bug): checksums valid, a sample index beyond
     its dataset. It is refused when loaded, naming the entry, never served."""
     blend = BlendedDataset(parts, [5, 3, 2], 200, config)
@@ -220,6 +238,8 @@ def test_cached_indices_with_valid_checksums_but_out_of_range_are_a_cache_error(
     import dataclasses
 
     loaded_config = dataclasses.replace(config, defer_npy_index_mmap=defer)
-    with pytest.raises(CacheError, match=r"index cache .*indices\.cache: dataset_sample_index\[7\]"):
+    with pytest.raises(
+        CacheError, match=r"index cache .*indices\.cache: dataset_sample_index\[7\]"
+    ):
         again = BlendedDataset(parts, [5, 3, 2], 200, loaded_config)
         again[7]

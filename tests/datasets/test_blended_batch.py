@@ -31,16 +31,25 @@ def corpora(tmp_path_factory):
     out = {}
     for i, dtype in enumerate(DTYPES):
         lengths = numpy.random.default_rng(20 + i).integers(2, 50, 40 + 10 * i)
-        out[numpy.dtype(dtype).name] = write_corpus(root / f"c{i}", lengths, seed=20 + i,
-                                                    vocab=VOCAB, dtype=dtype)
+        out[numpy.dtype(dtype).name] = write_corpus(
+            root / f"c{i}", lengths, seed=20 + i, vocab=VOCAB, dtype=dtype
+        )
     return out
 
 
 def _config(prefixes, **options):
-    fields = dict(random_seed=7, sequence_length=24, split="100,0,0", blend=(prefixes, None),
-                  tokenizer={"vocab_size": VOCAB, "eod": 2}, path_to_cache=None,
-                  reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
-                  create_attention_mask=False)
+    fields = dict(
+        random_seed=7,
+        sequence_length=24,
+        split="100,0,0",
+        blend=(prefixes, None),
+        tokenizer={"vocab_size": VOCAB, "eod": 2},
+        path_to_cache=None,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+    )
     fields.update(options)
     return GPTDatasetConfig(**fields)
 
@@ -59,30 +68,45 @@ def _blend(corpora, names, weights, size, **options):
 def _stacked(blend, indices):
     rows = [blend.datasets[0][None] if i is None else blend[i] for i in indices]
     fields = {name: numpy.stack([row[name] for row in rows]) for name in BATCH_FIELDS}
-    ids = numpy.array([0 if i is None else int(row["dataset_id"])
-                       for i, row in zip(indices, rows)], dtype=numpy.int16)
+    ids = numpy.array(
+        [0 if i is None else int(row["dataset_id"]) for i, row in zip(indices, rows)],
+        dtype=numpy.int16,
+    )
     return {**fields, "dataset_id": ids}
 
 
-OPTIONS = st.fixed_dictionaries({
-    "reset_position_ids": st.booleans(), "eod_mask_loss": st.booleans(),
-    "add_extra_token_to_sequence": st.booleans(), "sequence_length": st.integers(2, 40),
-    # pad 300 cannot occur in a uint8 corpus: the kernels skip the pad scan there only
-    "tokenizer": st.sampled_from([{"vocab_size": VOCAB, "eod": 2},
-                                  {"vocab_size": VOCAB, "eod": 2, "pad": 5},
-                                  {"vocab_size": 2 * VOCAB, "eod": 2, "pad": 300}]),
-})
-NAMES = st.lists(st.sampled_from([numpy.dtype(d).name for d in DTYPES]), min_size=1,
-                 max_size=4)
+OPTIONS = st.fixed_dictionaries(
+    {
+        "reset_position_ids": st.booleans(),
+        "eod_mask_loss": st.booleans(),
+        "add_extra_token_to_sequence": st.booleans(),
+        "sequence_length": st.integers(2, 40),
+        # pad 300 cannot occur in a uint8 corpus: the kernels skip the pad scan there only
+        "tokenizer": st.sampled_from(
+            [
+                {"vocab_size": VOCAB, "eod": 2},
+                {"vocab_size": VOCAB, "eod": 2, "pad": 5},
+                {"vocab_size": 2 * VOCAB, "eod": 2, "pad": 300},
+            ]
+        ),
+    }
+)
+NAMES = st.lists(st.sampled_from([numpy.dtype(d).name for d in DTYPES]), min_size=1, max_size=4)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=SUPPRESS)
-@given(names=NAMES, options=OPTIONS, numba=st.booleans(), reuse=st.booleans(),
-       size=st.integers(1, 60), data=st.data())
-def test_blended_get_batch_equals_stacked_samples(corpora, monkeypatch, names, options,
-                                                  numba, reuse, size, data):
-    weights = data.draw(st.lists(st.floats(0.1, 5.0), min_size=len(names),
-                                 max_size=len(names)))
+@given(
+    names=NAMES,
+    options=OPTIONS,
+    numba=st.booleans(),
+    reuse=st.booleans(),
+    size=st.integers(1, 60),
+    data=st.data(),
+)
+def test_blended_get_batch_equals_stacked_samples(
+    corpora, monkeypatch, names, options, numba, reuse, size, data
+):
+    weights = data.draw(st.lists(st.floats(0.1, 5.0), min_size=len(names), max_size=len(names)))
     monkeypatch.setenv("TOKENLOOM_DISABLE_NUMBA", "1")  # the readable path serves blend[i]
     readable = _blend(corpora, names, weights, size, **options)
     position = st.one_of(st.none(), st.integers(-len(readable), len(readable) - 1))
@@ -105,8 +129,7 @@ def test_blended_get_batch_equals_stacked_samples(corpora, monkeypatch, names, o
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=SUPPRESS)
-@given(name=st.sampled_from([numpy.dtype(d).name for d in DTYPES]), options=OPTIONS,
-       data=st.data())
+@given(name=st.sampled_from([numpy.dtype(d).name for d in DTYPES]), options=OPTIONS, data=st.data())
 def test_fill_rows_kernel_equals_its_readable_twin(corpora, monkeypatch, name, options, data):
     """Row ``dest[i]`` <- sample ``positions[i]``, for any row map (a subset, any order):
     the kernel against ``reference_rows`` over a dataset that serves ``dataset[i]`` by the
@@ -117,13 +140,16 @@ def test_fill_rows_kernel_equals_its_readable_twin(corpora, monkeypatch, name, o
     monkeypatch.setenv("TOKENLOOM_DISABLE_NUMBA", "0")
     dataset = _blend(corpora, [name], [1.0], 30, **options).datasets[0]
     batch = data.draw(st.integers(1, 10))
-    dest = numpy.array(data.draw(st.permutations(range(batch)))[
-        :data.draw(st.integers(0, batch))], dtype=numpy.int64)
+    dest = numpy.array(
+        data.draw(st.permutations(range(batch)))[: data.draw(st.integers(0, batch))],
+        dtype=numpy.int64,
+    )
     valid = st.one_of(st.just(-1), st.integers(0, len(dataset) - 1))  # -1: padding
     wrong = st.sampled_from([-3, -2, len(dataset), len(dataset) + 5])
     position = st.one_of(valid, wrong) if data.draw(st.booleans()) else valid
-    positions = numpy.array(data.draw(st.lists(position, min_size=len(dest),
-                                               max_size=len(dest))), dtype=numpy.int64)
+    positions = numpy.array(
+        data.draw(st.lists(position, min_size=len(dest), max_size=len(dest))), dtype=numpy.int64
+    )
     seq = dataset.config.sequence_length
     got, want = allocate_batch(batch, seq), allocate_batch(batch, seq)
     for a, b in zip(got.values(), want.values()):
@@ -149,8 +175,9 @@ def test_out_of_range_indices_are_a_clear_tokenloom_error(corpora, monkeypatch, 
     monkeypatch.setenv("TOKENLOOM_DISABLE_NUMBA", "0" if numba else "1")
     blend = _blend(corpora, ["uint8", "int32"], [1.0, 2.0], 20)
     for bad in (20, 21, -21, 10**12):
-        with pytest.raises(SampleIndexError, match=f"sample index {bad} out of range for 20 "
-                                                   "blended samples") as info:
+        with pytest.raises(
+            SampleIndexError, match=f"sample index {bad} out of range for 20 blended samples"
+        ) as info:
             blend.get_batch([0, None, bad])
         assert isinstance(info.value, IndexError) and isinstance(info.value, TokenloomError)
         with pytest.raises(SampleIndexError, match="out of range for 20 blended samples"):
@@ -160,8 +187,12 @@ def test_out_of_range_indices_are_a_clear_tokenloom_error(corpora, monkeypatch, 
     part = blend.datasets[1]
     out = allocate_batch(2, blend.config.sequence_length)
     with pytest.raises(SampleIndexError, match=f"out of range for {len(part)} samples"):
-        fill_rows(part, numpy.array([0, len(part)], dtype=numpy.int64),
-                  numpy.array([0, 1], dtype=numpy.int64), out)
+        fill_rows(
+            part,
+            numpy.array([0, len(part)], dtype=numpy.int64),
+            numpy.array([0, 1], dtype=numpy.int64),
+            out,
+        )
 
 
 def test_empty_index_list_gives_empty_arrays(corpora):

@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _craft(name: str, arrays: dict) -> dict:
-    document, sample, shuffle = (numpy.array(arrays[n]) for n in
-                                 ("document_index", "sample_index", "shuffle_index"))
+    document, sample, shuffle = (
+        numpy.array(arrays[n]) for n in ("document_index", "sample_index", "shuffle_index")
+    )
     if name == "document id past the end":
         document[int(sample[shuffle[0], 0])] = 10**6
     elif name == "negative document id":
@@ -42,9 +43,16 @@ def _craft(name: str, arrays: dict) -> dict:
     return {"document_index": document, "sample_index": sample, "shuffle_index": shuffle}
 
 
-CASES = ["document id past the end", "negative document id", "offset past the document",
-         "negative offset", "position past document_index", "rows out of order",
-         "shuffle row past sample_index", "short sample in the middle"]
+CASES = [
+    "document id past the end",
+    "negative document id",
+    "offset past the document",
+    "negative offset",
+    "position past document_index",
+    "rows out of order",
+    "shuffle row past sample_index",
+    "short sample in the middle",
+]
 
 CHILD = textwrap.dedent("""
     import sys
@@ -83,15 +91,19 @@ def test_crafted_index_cache_gives_a_cache_error(corpus, tmp_path, case, numba):
     low = GPTDataset.build_low_level_dataset(corpus, config)
     indices = split_indices(config, Split.train, len(low))
     ds = GPTDataset(low, corpus, indices, None, Split.train, config)
-    crafted = _craft(case, {n: getattr(ds, n) for n in
-                            ("document_index", "sample_index", "shuffle_index")})
+    crafted = _craft(
+        case, {n: getattr(ds, n) for n in ("document_index", "sample_index", "shuffle_index")}
+    )
     ds.cache.store(ds.cache_key, crafted, checks={"indices": array_digest(indices)})
     env = dict(os.environ, TOKENLOOM_DISABLE_NUMBA=numba)
     script = CHILD.format(root=str(ROOT), corpus=corpus, cache=str(tmp_path))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=100, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=100, env=env
+    )
     assert done.returncode == 0, f"child died ({done.returncode}): {done.stderr[-2000:]}"
     lines = done.stdout.splitlines()
-    assert [line.split()[:2] for line in lines] == [["getitem", "CacheError"],
-                                                     ["get_batch", "CacheError"]], done.stdout
+    assert [line.split()[:2] for line in lines] == [
+        ["getitem", "CacheError"],
+        ["get_batch", "CacheError"],
+    ], done.stdout
     assert "index cache" in lines[0] and "delete" in lines[0]

@@ -22,8 +22,9 @@ def corpus(tmp_path_factory):
 def make(corpus, cache, split=Split.train, num_samples=40, **overrides):
     config = small_config(corpus, cache, create_attention_mask=False, **overrides)
     low = GPTDataset.build_low_level_dataset(corpus, config)
-    return GPTDataset(low, corpus, split_indices(config, split, len(low)), num_samples, split,
-                      config)
+    return GPTDataset(
+        low, corpus, split_indices(config, split, len(low)), num_samples, split, config
+    )
 
 
 def stacked(ds, indices):
@@ -31,21 +32,36 @@ def stacked(ds, indices):
     return {name: numpy.stack([row[name] for row in rows]) for name in BATCH_FIELDS}
 
 
-OPTIONS = st.fixed_dictionaries({
-    "reset_position_ids": st.booleans(), "eod_mask_loss": st.booleans(),
-    "add_extra_token_to_sequence": st.booleans(), "sequence_length": st.integers(2, 70),
-    "tokenizer": st.sampled_from([{"vocab_size": 40, "eod": 2}, {"vocab_size": 40, "eod": 2, "pad": 5}]),
-})
+OPTIONS = st.fixed_dictionaries(
+    {
+        "reset_position_ids": st.booleans(),
+        "eod_mask_loss": st.booleans(),
+        "add_extra_token_to_sequence": st.booleans(),
+        "sequence_length": st.integers(2, 70),
+        "tokenizer": st.sampled_from(
+            [{"vocab_size": 40, "eod": 2}, {"vocab_size": 40, "eod": 2, "pad": 5}]
+        ),
+    }
+)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(options=OPTIONS, split=st.sampled_from(list(Split)), numba=st.booleans(),
-       drop_last=st.booleans(), data=st.data())
-def test_get_batch_equals_stacked_samples(corpus, tmp_path, monkeypatch, options, split, numba,
-                                          drop_last, data):
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    options=OPTIONS,
+    split=st.sampled_from(list(Split)),
+    numba=st.booleans(),
+    drop_last=st.booleans(),
+    data=st.data(),
+)
+def test_get_batch_equals_stacked_samples(
+    corpus, tmp_path, monkeypatch, options, split, numba, drop_last, data
+):
     monkeypatch.setenv("TOKENLOOM_DISABLE_NUMBA", "0" if numba else "1")
-    ds = make(corpus, tmp_path, split, None, drop_last_partial_validation_sequence=drop_last,
-              **options)
+    ds = make(
+        corpus, tmp_path, split, None, drop_last_partial_validation_sequence=drop_last, **options
+    )
     position = st.one_of(st.none(), st.integers(-len(ds), len(ds) - 1))
     indices = data.draw(st.lists(position, min_size=1, max_size=12))
     expected = stacked(ds, indices)

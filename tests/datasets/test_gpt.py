@@ -23,8 +23,9 @@ from tokenloom.datasets import GPTDataset, MockGPTDataset, Split
 from tokenloom.datasets.masks import reference_ltor_masks_and_position_ids
 from tokenloom.errors import ConfigError
 
-requires_golden = pytest.mark.skipif(not (GOLDEN_DIR / "manifest.json").is_file(),
-                                     reason="golden vectors not found")
+requires_golden = pytest.mark.skipif(
+    not (GOLDEN_DIR / "manifest.json").is_file(), reason="golden vectors not found"
+)
 
 
 def megatron_sample(ds, idx):
@@ -33,12 +34,18 @@ def megatron_sample(ds, idx):
     j = int(ds.shuffle_index[0 if idx is None else idx])
     (b, ob), (e, oe) = ds.sample_index[j], ds.sample_index[j + 1]
     if b == e:
-        parts = [ds.dataset.get(int(ds.document_index[b]), offset=int(ob),
-                                length=int(oe - ob + extra))]
+        parts = [
+            ds.dataset.get(int(ds.document_index[b]), offset=int(ob), length=int(oe - ob + extra))
+        ]
     else:
-        parts = [ds.dataset.get(int(ds.document_index[i]), offset=int(ob if i == b else 0),
-                                length=None if i < e else int(oe + extra))
-                 for i in range(b, e + 1)]
+        parts = [
+            ds.dataset.get(
+                int(ds.document_index[i]),
+                offset=int(ob if i == b else 0),
+                length=None if i < e else int(oe + extra),
+            )
+            for i in range(b, e + 1)
+        ]
     length = sum(map(len, parts))
     parts.append([pad] * (config.sequence_length + extra - length))
     text = numpy.concatenate(parts).astype(numpy.int64)
@@ -48,8 +55,13 @@ def megatron_sample(ds, idx):
         tokens, labels = text.copy(), numpy.roll(text, -1)
         labels[-1] = pad
     attention, loss_mask, positions = reference_ltor_masks_and_position_ids(
-        tokens, config.tokenizer.eod, config.reset_position_ids, config.reset_attention_mask,
-        config.eod_mask_loss, config.create_attention_mask)
+        tokens,
+        config.tokenizer.eod,
+        config.reset_position_ids,
+        config.reset_attention_mask,
+        config.eod_mask_loss,
+        config.create_attention_mask,
+    )
     loss_mask[labels == pad] = 0.0
     tokens[tokens == pad] = 0
     labels[labels == pad] = 0
@@ -78,8 +90,9 @@ def corpus(tmp_path_factory):
 def make(corpus, cache, split=Split.train, num_samples=30, **overrides):
     config = small_config(corpus, cache, **overrides)
     low = GPTDataset.build_low_level_dataset(corpus, config)
-    return GPTDataset(low, corpus, split_indices(config, split, len(low)), num_samples, split,
-                      config)
+    return GPTDataset(
+        low, corpus, split_indices(config, split, len(low)), num_samples, split, config
+    )
 
 
 @requires_golden
@@ -96,19 +109,37 @@ def test_split_without_documents_fails_fast(tmp_path, size):
     assert not list(tmp_path.iterdir())
 
 
-FLAG_SETS = [dict(), dict(reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True),
-             dict(add_extra_token_to_sequence=False, create_attention_mask=False),
-             dict(eod_mask_loss=True, create_attention_mask=False, reset_position_ids=True)]
+FLAG_SETS = [
+    dict(),
+    dict(reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True),
+    dict(add_extra_token_to_sequence=False, create_attention_mask=False),
+    dict(eod_mask_loss=True, create_attention_mask=False, reset_position_ids=True),
+]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(flags=st.sampled_from(FLAG_SETS), split=st.sampled_from(list(Split)),
-       seq=st.integers(2, 50), num_samples=st.sampled_from([None, 1, 17, 90]),
-       drop_last=st.booleans(), data=st.data())
-def test_samples_equal_megatron_restatement(corpus, tmp_path, flags, split, seq, num_samples,
-                                            drop_last, data):
-    ds = make(corpus, tmp_path, split, num_samples, sequence_length=seq,
-              drop_last_partial_validation_sequence=drop_last, **flags)
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    flags=st.sampled_from(FLAG_SETS),
+    split=st.sampled_from(list(Split)),
+    seq=st.integers(2, 50),
+    num_samples=st.sampled_from([None, 1, 17, 90]),
+    drop_last=st.booleans(),
+    data=st.data(),
+)
+def test_samples_equal_megatron_restatement(
+    corpus, tmp_path, flags, split, seq, num_samples, drop_last, data
+):
+    ds = make(
+        corpus,
+        tmp_path,
+        split,
+        num_samples,
+        sequence_length=seq,
+        drop_last_partial_validation_sequence=drop_last,
+        **flags,
+    )
     assert len(ds) >= (num_samples or 0)
     for idx in data.draw(st.lists(st.integers(0, len(ds) - 1), min_size=1, max_size=5)) + [None]:
         assert_same_sample(ds[idx], megatron_sample(ds, idx))
@@ -141,8 +172,12 @@ def test_samples_are_independent_copies(corpus, tmp_path):
 
 def test_real_pad_token_is_masked(tmp_path):
     prefix = write_corpus(tmp_path / "p", [30, 25, 40, 33], seed=1, vocab=12)
-    config = small_config(prefix, tmp_path / "cache", tokenizer={"vocab_size": 12, "eod": 2, "pad": 7},
-                          split="100,0,0")
+    config = small_config(
+        prefix,
+        tmp_path / "cache",
+        tokenizer={"vocab_size": 12, "eod": 2, "pad": 7},
+        split="100,0,0",
+    )
     low = GPTDataset.build_low_level_dataset(prefix, config)
     ds = GPTDataset(low, prefix, numpy.arange(4, dtype=numpy.int32), 5, Split.train, config)
     assert ds._pad_token_id == 7
@@ -162,8 +197,12 @@ def test_pad_colliding_with_eod_falls_back_to_minus_one(tmp_path, corpus):
     assert ds._pad_token_id == -1 and any("collides" in str(w.message) for w in caught)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ds = make(corpus, tmp_path, tokenizer={"vocab_size": 50, "eod": 2, "pad": 2},
-                  allow_ambiguous_pad_tokens=True)
+        ds = make(
+            corpus,
+            tmp_path,
+            tokenizer={"vocab_size": 50, "eod": 2, "pad": 2},
+            allow_ambiguous_pad_tokens=True,
+        )
     assert ds._pad_token_id == 2
     assert_same_sample(ds[3], megatron_sample(ds, 3))
 
@@ -177,8 +216,14 @@ def test_file_pointer_reader_gives_the_same_samples(corpus, tmp_path):
 
 
 def test_cu_seqlens_mark_document_boundaries(corpus, tmp_path):
-    ds = make(corpus, tmp_path, return_cu_seqlens=True, split=Split.valid,
-              drop_last_partial_validation_sequence=False, num_samples=None)
+    ds = make(
+        corpus,
+        tmp_path,
+        return_cu_seqlens=True,
+        split=Split.valid,
+        drop_last_partial_validation_sequence=False,
+        num_samples=None,
+    )
     for k in range(len(ds)):
         sample = ds[k]
         cu, tokens = sample["cu_seqlens"], megatron_sample(ds, k)["tokens"]
@@ -211,8 +256,14 @@ def test_constructor_argument_errors(corpus, tmp_path):
         (dict(config=object()), "GPTDatasetConfig"),
     ]
     for change, message in bad:
-        args = dict(indexed_dataset=low, dataset_path=corpus, indexed_indices=good,
-                    num_samples=4, index_split=Split.train, config=config)
+        args = dict(
+            indexed_dataset=low,
+            dataset_path=corpus,
+            indexed_indices=good,
+            num_samples=4,
+            index_split=Split.train,
+            config=config,
+        )
         args.update(change)
         with pytest.raises(ConfigError, match=message):
             GPTDataset(**args)
@@ -222,13 +273,25 @@ def test_constructor_argument_errors(corpus, tmp_path):
 
 def test_megatron_identifiers(corpus, tmp_path):
     ds = make(corpus, tmp_path)
-    assert list(ds.unique_identifiers) == ["class", "dataset_path", "num_samples", "index_split",
-                                           "random_seed", "sequence_length", "split",
-                                           "split_matrix", "tokenizer"]
+    assert list(ds.unique_identifiers) == [
+        "class",
+        "dataset_path",
+        "num_samples",
+        "index_split",
+        "random_seed",
+        "sequence_length",
+        "split",
+        "split_matrix",
+        "tokenizer",
+    ]
     assert len(ds.unique_description_hash) == 32
-    extra = list(ds.cache_identifiers)[len(ds.unique_identifiers):]
-    assert extra == ["add_extra_token_to_sequence", "drop_last_partial_sequence",
-                     "sequence_count", "data"]
+    extra = list(ds.cache_identifiers)[len(ds.unique_identifiers) :]
+    assert extra == [
+        "add_extra_token_to_sequence",
+        "drop_last_partial_sequence",
+        "sequence_count",
+        "data",
+    ]
     assert GPTDataset.numel_low_level_dataset(ds.dataset) == 60
 
 

@@ -26,8 +26,15 @@ def corpus(tmp_path):
 def make(corpus, cache, split=Split.train, num_samples=25, build_if_missing=True, **overrides):
     config = small_config(corpus, cache, **overrides)
     low = GPTDataset.build_low_level_dataset(corpus, config)
-    return GPTDataset(low, corpus, split_indices(config, split, len(low)), num_samples, split,
-                      config, build_if_missing=build_if_missing)
+    return GPTDataset(
+        low,
+        corpus,
+        split_indices(config, split, len(low)),
+        num_samples,
+        split,
+        config,
+        build_if_missing=build_if_missing,
+    )
 
 
 def cache_files(directory, suffix):
@@ -35,8 +42,10 @@ def cache_files(directory, suffix):
 
 
 def same_indices(a, b):
-    return all(numpy.array_equal(getattr(a, n), getattr(b, n))
-               for n in ("document_index", "sample_index", "shuffle_index"))
+    return all(
+        numpy.array_equal(getattr(a, n), getattr(b, n))
+        for n in ("document_index", "sample_index", "shuffle_index")
+    )
 
 
 def test_second_build_loads_the_cache(corpus, tmp_path, monkeypatch):
@@ -122,16 +131,26 @@ def test_default_cache_directory_is_beside_the_data(corpus, tmp_path):
     assert len(cache_files(ds.cache.path_to_cache, "-indices.cache")) == 1
 
 
-@pytest.mark.parametrize("split, drop_last", [(Split.train, True), (Split.valid, False),
-                                              (Split.valid, True)])
+@pytest.mark.parametrize(
+    "split, drop_last", [(Split.train, True), (Split.valid, False), (Split.valid, True)]
+)
 @pytest.mark.parametrize("extra", [True, False])
 @pytest.mark.parametrize("num_samples", [None, 7, 300])
 def test_deferred_mmap(corpus, tmp_path, split, drop_last, extra, num_samples, monkeypatch):
-    options = dict(add_extra_token_to_sequence=extra, drop_last_partial_validation_sequence=drop_last)
+    options = dict(
+        add_extra_token_to_sequence=extra, drop_last_partial_validation_sequence=drop_last
+    )
     built = make(corpus, tmp_path / "cache", split, num_samples, **options)
     monkeypatch.setattr(_gpt_indices, "build_indices", None)  # a rebuild would crash
-    deferred = make(corpus, tmp_path / "cache", split, num_samples, defer_npy_index_mmap=True,
-                    build_if_missing=False, **options)
+    deferred = make(
+        corpus,
+        tmp_path / "cache",
+        split,
+        num_samples,
+        defer_npy_index_mmap=True,
+        build_if_missing=False,
+        **options,
+    )
     assert not deferred.indices_loaded
     assert len(deferred) == len(built)  # computed arithmetically
     assert not deferred.indices_loaded
@@ -149,17 +168,26 @@ def test_deferred_mmap_needs_the_cache(corpus, tmp_path):
 def test_deferred_mmap_reports_damage_at_first_access(corpus, tmp_path):
     make(corpus, tmp_path / "cache")
     deferred = make(corpus, tmp_path / "cache", defer_npy_index_mmap=True, build_if_missing=False)
-    _damage(os.path.join(tmp_path / "cache", cache_files(tmp_path / "cache", "-indices.cache")[0]),
-            "truncate")
+    _damage(
+        os.path.join(tmp_path / "cache", cache_files(tmp_path / "cache", "-indices.cache")[0]),
+        "truncate",
+    )
     with pytest.raises(CacheError, match="truncated"):
         deferred[0]
 
 
 def _fast_config(corpus, cache, **overrides):
-    return GPTDatasetConfig(random_seed=5, sequence_length=16, tokenizer={"vocab_size": 32000, "eod": 2},
-                            blend_per_split=[([corpus], None), None, None], path_to_cache=str(cache),
-                            reset_position_ids=False, reset_attention_mask=False,
-                            eod_mask_loss=False, **overrides)
+    return GPTDatasetConfig(
+        random_seed=5,
+        sequence_length=16,
+        tokenizer={"vocab_size": 32000, "eod": 2},
+        blend_per_split=[([corpus], None), None, None],
+        path_to_cache=str(cache),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        **overrides,
+    )
 
 
 def test_fast_cache_load(corpus, tmp_path):
@@ -172,9 +200,14 @@ def test_fast_cache_load(corpus, tmp_path):
     assert same_indices(built, loaded) and len(loaded) == len(built)
     with pytest.raises(CacheError, match="missing"):
         GPTDataset(low, corpus, None, 21, Split.train, fast)
-    deferred = GPTDataset(low, corpus, None, 20, Split.train,
-                          _fast_config(corpus, tmp_path / "cache", fast_cache_load=True,
-                                       defer_npy_index_mmap=True))
+    deferred = GPTDataset(
+        low,
+        corpus,
+        None,
+        20,
+        Split.train,
+        _fast_config(corpus, tmp_path / "cache", fast_cache_load=True, defer_npy_index_mmap=True),
+    )
     assert len(deferred) == len(built)
 
 
@@ -203,6 +236,7 @@ def test_kernel_and_generator_choices_give_the_same_indices(corpus, tmp_path, mo
         for a, b in zip(built[0], arrays):
             assert a.dtype == b.dtype and numpy.array_equal(a, b)
     fresh = numpy.random.RandomState(seed)  # what megatron-core seeds for every dataset
-    expected = reference.build_document_index(indices, plan.num_epochs, fresh,
-                                              plan.separate_final_epoch)
+    expected = reference.build_document_index(
+        indices, plan.num_epochs, fresh, plan.separate_final_epoch
+    )
     assert plan.num_epochs > 1 and numpy.array_equal(built[0][0], expected)

@@ -19,11 +19,17 @@ from tests.support.dataset_files import (
 
 from tokenloom.datasets import GPTDataset, MockGPTDataset, Split
 
-requires_golden = pytest.mark.skipif(not (GOLDEN_DIR / "manifest.json").is_file(),
-                                     reason=f"golden vectors not found at {GOLDEN_DIR}")
+requires_golden = pytest.mark.skipif(
+    not (GOLDEN_DIR / "manifest.json").is_file(), reason=f"golden vectors not found at {GOLDEN_DIR}"
+)
 
-SINGLE_CASES = ["single_basic", "single_multi_epoch_separate_final",
-                "single_multi_epoch_joint_final", "single_no_extra_token", "single_masks"]
+SINGLE_CASES = [
+    "single_basic",
+    "single_multi_epoch_separate_final",
+    "single_multi_epoch_joint_final",
+    "single_no_extra_token",
+    "single_masks",
+]
 FIELDS = ["tokens", "labels", "attention_mask", "loss_mask", "position_ids"]
 
 
@@ -46,8 +52,9 @@ def _check_split(dataset, arrays, split):
         recorded = {f for f in FIELDS if f"{split}.sample{k}.{f}" in arrays.files}
         assert set(sample) == recorded, f"{split}.sample{k}: fields {sorted(sample)}"
         for field in recorded:
-            _assert_same(arrays[f"{split}.sample{k}.{field}"], sample[field],
-                         f"{split}.sample{k}.{field}")
+            _assert_same(
+                arrays[f"{split}.sample{k}.{field}"], sample[field], f"{split}.sample{k}.{field}"
+            )
 
 
 def _built_splits(case, config, cls, low_level, path):

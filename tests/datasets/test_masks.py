@@ -16,8 +16,10 @@ EOD = 2
 
 
 @settings(max_examples=200, deadline=None)
-@given(tokens=st.lists(st.integers(0, 5), min_size=1, max_size=40),
-       flags=st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans()))
+@given(
+    tokens=st.lists(st.integers(0, 5), min_size=1, max_size=40),
+    flags=st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans()),
+)
 def test_fast_masks_equal_reference(tokens, flags):
     tokens = numpy.array(tokens, dtype=numpy.int64)
     fast = ltor_masks_and_position_ids(tokens, EOD, *flags)

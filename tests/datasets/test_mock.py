@@ -14,8 +14,13 @@ from tokenloom.errors import ConfigError
 
 
 def mock_config(**overrides):
-    return GPTDatasetConfig(random_seed=3, sequence_length=32, tokenizer={"vocab_size": 50, "eod": 0},
-                            **FLAGS, **overrides)
+    return GPTDatasetConfig(
+        random_seed=3,
+        sequence_length=32,
+        tokenizer={"vocab_size": 50, "eod": 0},
+        **FLAGS,
+        **overrides,
+    )
 
 
 def test_low_level_documents():
@@ -40,7 +45,9 @@ def test_mock_dataset_without_cache_writes_nothing(tmp_path, monkeypatch):
     config = mock_config()
     low = MockGPTDataset.build_low_level_dataset(None, config)
     begin, end = split_document_range(config.split_matrix[1], len(low))
-    ds = MockGPTDataset(low, None, numpy.arange(begin, end, dtype=numpy.int32), 12, Split.valid, config)
+    ds = MockGPTDataset(
+        low, None, numpy.arange(begin, end, dtype=numpy.int32), 12, Split.valid, config
+    )
     assert ds.cache is None and os.listdir(tmp_path) == []
     sample = ds[3]
     assert sample["tokens"].shape == (32,) and set(numpy.unique(sample["tokens"])) <= set(range(50))

@@ -20,19 +20,28 @@ def _fresh(indices, epochs, separate, seed, first_fraction):
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(count=st.integers(1, 50), epochs=st.integers(1, 4), separate=st.booleans(),
-       seed=st.sampled_from([0, 1, 1234, 2**31 - 1]), offset=st.integers(0, 1000),
-       first_fraction=st.sampled_from([0.0, 0.5, 0.9, 1.0]), repeat=st.integers(1, 3))
-def test_memoised_draws_equal_fresh_generator(count, epochs, separate, seed, offset,
-                                              first_fraction, repeat):
+@given(
+    count=st.integers(1, 50),
+    epochs=st.integers(1, 4),
+    separate=st.booleans(),
+    seed=st.sampled_from([0, 1, 1234, 2**31 - 1]),
+    offset=st.integers(0, 1000),
+    first_fraction=st.sampled_from([0.0, 0.5, 0.9, 1.0]),
+    repeat=st.integers(1, 3),
+)
+def test_memoised_draws_equal_fresh_generator(
+    count, epochs, separate, seed, offset, first_fraction, repeat
+):
     """Same document and shuffle index as one fresh RandomState(seed), on a miss and on
     hits (different document ids of the same count reuse the permutation)."""
     for attempt in range(repeat):
         indices = numpy.arange(offset + attempt, offset + attempt + count, dtype=numpy.int32)
         expected_docs, expected_shuffle, first, total = _fresh(
-            indices, epochs, separate, seed, first_fraction)
-        documents, draws = _rng_memo.document_index(indices, epochs, separate, seed,
-                                                    _seeded_random_state)
+            indices, epochs, separate, seed, first_fraction
+        )
+        documents, draws = _rng_memo.document_index(
+            indices, epochs, separate, seed, _seeded_random_state
+        )
         shuffle = _rng_memo.shuffle_index(draws, first, total, _seeded_random_state)
         assert documents.dtype == expected_docs.dtype == numpy.int32
         numpy.testing.assert_array_equal(documents, expected_docs)
@@ -52,8 +61,10 @@ def test_returned_arrays_are_private_copies():
     numpy.testing.assert_array_equal(again_docs, expected_docs)
     generator = numpy.random.RandomState(7)
     reference.build_document_index(indices, 2, generator, False)
-    numpy.testing.assert_array_equal(_rng_memo.shuffle_index(again, 5, 6, _seeded_random_state),
-                                     reference.build_shuffle_index(5, 6, generator))
+    numpy.testing.assert_array_equal(
+        _rng_memo.shuffle_index(again, 5, 6, _seeded_random_state),
+        reference.build_shuffle_index(5, 6, generator),
+    )
 
 
 def test_large_and_non_int32_inputs_draw_live():
@@ -64,4 +75,5 @@ def test_large_and_non_int32_inputs_draw_live():
     expected_docs, expected_shuffle, first, total = _fresh(indices, 3, True, 99, 0.5)
     numpy.testing.assert_array_equal(documents, expected_docs)
     numpy.testing.assert_array_equal(
-        _rng_memo.shuffle_index(draws, first, total, _seeded_random_state), expected_shuffle)
+        _rng_memo.shuffle_index(draws, first, total, _seeded_random_state), expected_shuffle
+    )

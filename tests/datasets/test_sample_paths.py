@@ -33,15 +33,23 @@ def general(ds, monkeypatch):
     monkeypatch.delenv("TOKENLOOM_DISABLE_NUMBA")
     assert source.kernel is None and source.sample_kernel is None
     _, maker = ds.sampler()
-    return general_fetch(maker, source, ds.document_index, ds.sample_index, ds.shuffle_index,
-                         len(ds))
+    return general_fetch(
+        maker, source, ds.document_index, ds.sample_index, ds.shuffle_index, len(ds)
+    )
 
 
 def fast(ds):
     """``fetch`` by the kernel, loaded synchronously (no general-path fallback)."""
     source, maker = ds.sampler()
-    fetch = fast_fetch(maker, source, ds.document_index, ds.sample_index, ds.shuffle_index,
-                       len(ds), background=False)
+    fetch = fast_fetch(
+        maker,
+        source,
+        ds.document_index,
+        ds.sample_index,
+        ds.shuffle_index,
+        len(ds),
+        background=False,
+    )
     assert source.sample_kernel is not None
     return fetch
 
@@ -53,18 +61,29 @@ def assert_same_sample(got, expected):
         numpy.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
-OPTIONS = st.fixed_dictionaries({
-    "reset_position_ids": st.booleans(), "eod_mask_loss": st.booleans(),
-    "reset_attention_mask": st.booleans(), "create_attention_mask": st.booleans(),
-    "add_extra_token_to_sequence": st.booleans(), "sequence_length": st.integers(2, 90),
-    "drop_last_partial_validation_sequence": st.booleans(),
-    "tokenizer": st.sampled_from([{"vocab_size": 40, "eod": 2},
-                                  {"vocab_size": 40, "eod": 2, "pad": 5},
-                                  {"vocab_size": 40, "eod": 7, "pad": 2}]),
-})
+OPTIONS = st.fixed_dictionaries(
+    {
+        "reset_position_ids": st.booleans(),
+        "eod_mask_loss": st.booleans(),
+        "reset_attention_mask": st.booleans(),
+        "create_attention_mask": st.booleans(),
+        "add_extra_token_to_sequence": st.booleans(),
+        "sequence_length": st.integers(2, 90),
+        "drop_last_partial_validation_sequence": st.booleans(),
+        "tokenizer": st.sampled_from(
+            [
+                {"vocab_size": 40, "eod": 2},
+                {"vocab_size": 40, "eod": 2, "pad": 5},
+                {"vocab_size": 40, "eod": 7, "pad": 2},
+            ]
+        ),
+    }
+)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(options=OPTIONS, split=st.sampled_from(list(Split)), data=st.data())
 def test_fast_path_equals_general_path(corpus, tmp_path, monkeypatch, options, split, data):
     if options["create_attention_mask"] and options["reset_attention_mask"]:
@@ -79,10 +98,13 @@ def test_fast_path_equals_general_path(corpus, tmp_path, monkeypatch, options, s
         assert_same_sample(ds[idx], expected)
 
 
-@pytest.mark.parametrize("overrides", [dict(return_cu_seqlens=True),
-                                       dict(create_attention_mask=True, reset_attention_mask=True)])
-def test_configs_the_kernel_cannot_serve_take_the_general_path(corpus, tmp_path, monkeypatch,
-                                                              overrides):
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(return_cu_seqlens=True), dict(create_attention_mask=True, reset_attention_mask=True)],
+)
+def test_configs_the_kernel_cannot_serve_take_the_general_path(
+    corpus, tmp_path, monkeypatch, overrides
+):
     ds = make(corpus, tmp_path, Split.train, reset_position_ids=True, **overrides)
     source, maker = ds.sampler()
     assert not maker.fast_path_applies(source)
@@ -145,8 +167,9 @@ def test_index_types_take_the_same_sample(corpus, tmp_path, monkeypatch):
         assert_same_sample(quick(idx), reference(idx))
 
 
-def test_a_document_outside_the_bin_raises_format_error_on_both_paths(corpus, tmp_path,
-                                                                      monkeypatch):
+def test_a_document_outside_the_bin_raises_format_error_on_both_paths(
+    corpus, tmp_path, monkeypatch
+):
     """A corrupt .idx pointer (past the end of the .bin) names the sequence; the samples
     not touching it are served unchanged."""
     from tokenloom.errors import FormatError
@@ -157,10 +180,18 @@ def test_a_document_outside_the_bin_raises_format_error_on_both_paths(corpus, tm
     bad_doc = int(ds.document_index[int(ds.sample_index[ds.shuffle_index[0], 0])])
     source.pointers = source.pointers.copy()
     source.pointers[bad_doc] = source.tokens.nbytes
-    paths = [fast_fetch(maker, source, ds.document_index, ds.sample_index, ds.shuffle_index,
-                        len(ds), background=False),
-             general_fetch(maker, source, ds.document_index, ds.sample_index, ds.shuffle_index,
-                           len(ds))]
+    paths = [
+        fast_fetch(
+            maker,
+            source,
+            ds.document_index,
+            ds.sample_index,
+            ds.shuffle_index,
+            len(ds),
+            background=False,
+        ),
+        general_fetch(maker, source, ds.document_index, ds.sample_index, ds.shuffle_index, len(ds)),
+    ]
     for fetch in paths:
         hits = 0
         for k in range(len(ds)):
@@ -184,8 +215,9 @@ def test_compiled_entry_equals_the_dispatcher_and_falls_back(corpus, tmp_path):
     source, maker = ds.sampler()
     kernel = source.sample_kernel
     params = kernel_params(maker, source)
-    arguments = sample_arguments(source, ds.document_index, ds.sample_index, ds.shuffle_index,
-                                 params, maker.seq)
+    arguments = sample_arguments(
+        source, ds.document_index, ds.sample_index, ds.shuffle_index, params, maker.seq
+    )
     entry = compiled_entry(kernel, arguments)
     assert entry is not kernel  # the machine code itself, loaded by fast()
     for k in (0, len(ds) - 1):

@@ -17,26 +17,32 @@ def test_split_enum_values():
     assert [(s.name, s.value) for s in Split] == [("train", 0), ("valid", 1), ("test", 2)]
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("98,2,0", [0.98, 0.02, 0.0]),
-    ("99,1", [0.99, 0.01, 0.0]),
-    ("1", [1.0, 0.0, 0.0]),
-    (" 1, 1 ,2 ", [0.25, 0.25, 0.5]),
-    ("0.5,0.5", [0.5, 0.5, 0.0]),
-    ("949/50/1", [0.949, 0.05, 0.001]),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("98,2,0", [0.98, 0.02, 0.0]),
+        ("99,1", [0.99, 0.01, 0.0]),
+        ("1", [1.0, 0.0, 0.0]),
+        (" 1, 1 ,2 ", [0.25, 0.25, 0.5]),
+        ("0.5,0.5", [0.5, 0.5, 0.0]),
+        ("949/50/1", [0.949, 0.05, 0.001]),
+    ],
+)
 def test_parse_and_normalize_split(text, expected):
     assert parse_and_normalize_split(text) == pytest.approx(expected, abs=0, rel=1e-15)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("98,-2,0", "non-negative"),
-    ("a,b,c", "non-negative"),
-    ("", "non-negative"),
-    ("1,2,3,4", "at most 3"),
-    ("0,0,0", "sum to zero"),
-    ("1..2", "non-negative"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("98,-2,0", "non-negative"),
+        ("a,b,c", "non-negative"),
+        ("", "non-negative"),
+        ("1,2,3,4", "at most 3"),
+        ("0,0,0", "sum to zero"),
+        ("1..2", "non-negative"),
+    ],
+)
 def test_bad_split_strings(text, message):
     with pytest.raises(ConfigError, match=message):
         parse_and_normalize_split(text)
@@ -50,7 +56,10 @@ def test_split_must_be_a_string():
 def test_split_matrix_examples():
     assert convert_split_vector_to_split_matrix([0.99, 0.01, 0.0]) == [(0, 0.99), (0.99, 1.0), None]
     assert convert_split_vector_to_split_matrix([0.99, 0.01, 0.0], [0.98, 0.02, 0.0]) == [
-        (0, 0.98), (0.99, 1.0), None]
+        (0, 0.98),
+        (0.99, 1.0),
+        None,
+    ]
 
 
 def test_split_matrix_float_accumulation_is_megatrons():

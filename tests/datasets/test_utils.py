@@ -17,7 +17,10 @@ from tokenloom.errors import ConfigError
 
 
 def test_weighted_blend_list():
-    assert get_blend_from_list(["30", "path/a ", "70", "path/b"]) == (["path/a", "path/b"], [30.0, 70.0])
+    assert get_blend_from_list(["30", "path/a ", "70", "path/b"]) == (
+        ["path/a", "path/b"],
+        [30.0, 70.0],
+    )
 
 
 def test_prefix_only_blend_lists():
@@ -26,11 +29,14 @@ def test_prefix_only_blend_lists():
     assert get_blend_from_list(None) is None
 
 
-@pytest.mark.parametrize("blend, message", [
-    ([], "empty"),
-    ("a b", "expected a list"),
-    (["30", "a", "b", "c"], "mixes weights and prefixes"),
-])
+@pytest.mark.parametrize(
+    "blend, message",
+    [
+        ([], "empty"),
+        ("a b", "expected a list"),
+        (["30", "a", "b", "c"], "mixes weights and prefixes"),
+    ],
+)
 def test_bad_blend_lists(blend, message):
     with pytest.raises(ConfigError, match=message):
         get_blend_from_list(blend)
@@ -44,14 +50,20 @@ def test_blend_per_split_file(tmp_path):
     path = tmp_path / "blend.json"
     path.write_text(json.dumps({"train": ["30", "a", "70", "b"], "valid": "c d", "test": None}))
     assert get_blend_per_split_from_file(path) == [
-        (["a", "b"], [30.0, 70.0]), (["c", "d"], None), None]
+        (["a", "b"], [30.0, 70.0]),
+        (["c", "d"], None),
+        None,
+    ]
 
 
-@pytest.mark.parametrize("content, message", [
-    ({"train": ["a"], "valid": ["b"]}, "'test' is missing"),
-    ({"train": ["a"], "valid": None, "test": None, "dev": ["x"]}, "unknown keys"),
-    (["a"], "JSON object"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ({"train": ["a"], "valid": ["b"]}, "'test' is missing"),
+        ({"train": ["a"], "valid": None, "test": None, "dev": ["x"]}, "unknown keys"),
+        (["a"], "JSON object"),
+    ],
+)
 def test_bad_blend_per_split(content, message):
     with pytest.raises(ConfigError, match=message):
         get_blend_per_split_from_dict(content)
@@ -73,7 +85,9 @@ def test_sequences_per_dataset(tmp_path):
     assert load_sequences_per_dataset({"a": (1, 1)}) == {"a": (1, 1)}
 
 
-@pytest.mark.parametrize("content", [{"a": [1]}, {"a": [1, -1]}, {"a": "12"}, {"a": [1.5, 2]}, [1, 2]])
+@pytest.mark.parametrize(
+    "content", [{"a": [1]}, {"a": [1, -1]}, {"a": "12"}, {"a": [1.5, 2]}, [1, 2]]
+)
 def test_bad_sequences_per_dataset(content):
     with pytest.raises(ConfigError):
         load_sequences_per_dataset(content)

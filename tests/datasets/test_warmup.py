@@ -23,15 +23,17 @@ def dataset(tmp_path):
     corpus = write_corpus(tmp_path / "c", rng.integers(1, 90, size=120), seed=5, vocab=50)
     config = small_config(corpus, tmp_path / "cache")
     low = GPTDataset.build_low_level_dataset(corpus, config)
-    return GPTDataset(low, corpus, split_indices(config, Split.train, len(low)), 300,
-                      Split.train, config)
+    return GPTDataset(
+        low, corpus, split_indices(config, Split.train, len(low)), 300, Split.train, config
+    )
 
 
 def reference_samples(ds, rows, monkeypatch):
     """The same rows from a copy that never uses numba."""
     monkeypatch.setenv("TOKENLOOM_DISABLE_NUMBA", "1")
-    copy = GPTDataset(ds.dataset, ds.dataset_path, ds.indices, ds.num_samples, ds.index_split,
-                      ds.config)
+    copy = GPTDataset(
+        ds.dataset, ds.dataset_path, ds.indices, ds.num_samples, ds.index_split, ds.config
+    )
     samples = [copy[i] for i in rows]
     monkeypatch.delenv("TOKENLOOM_DISABLE_NUMBA")
     return samples
@@ -117,7 +119,8 @@ def test_fork_joins_the_process_loader():
 
 
 def test_a_long_reader_waits_for_a_slow_load_instead_of_staying_on_the_general_path(
-        dataset, monkeypatch):
+    dataset, monkeypatch
+):
     """The first GENERAL_SAMPLES_BEFORE_WAIT samples come at once from the general path
     while the (here artificially slowed) load runs; the next one waits for the kernel."""
     from tokenloom.datasets import _sample

@@ -63,7 +63,9 @@ def run_case(case: dict, out_dir: Path) -> None:
     fields = dict(case["config"])
     tokenizer = Tokenizer(fields.pop("vocab_size"), fields.pop("eod"))
     config = GPTDatasetConfig(tokenizer=tokenizer, **fields)
-    datasets = BlendedMegatronDatasetBuilder(GPTDataset, case["sizes"], lambda: True, config).build()
+    datasets = BlendedMegatronDatasetBuilder(
+        GPTDataset, case["sizes"], lambda: True, config
+    ).build()
     arrays = {}
     for split, dataset in zip(SPLITS, datasets):
         if isinstance(dataset, list):
@@ -81,15 +83,22 @@ def main() -> None:
 
     # megatron-core's BlendedDataset asks torch.distributed for the rank whenever it
     # builds into a cache, so it needs a (one-process) group even on a single process
-    dist.init_process_group("gloo", init_method=f"file://{out_dir / 'rendezvous'}",
-                            rank=0, world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{out_dir / 'rendezvous'}", rank=0, world_size=1
+    )
     for case in spec:
         try:
             run_case(case, out_dir)
         except Exception as error:  # noqa: BLE001 - recorded for the comparison
-            (out_dir / f"{case['name']}.error.json").write_text(json.dumps({
-                "type": type(error).__name__, "message": str(error),
-                "traceback": traceback.format_exc()[-2000:]}))
+            (out_dir / f"{case['name']}.error.json").write_text(
+                json.dumps(
+                    {
+                        "type": type(error).__name__,
+                        "message": str(error),
+                        "traceback": traceback.format_exc()[-2000:],
+                    }
+                )
+            )
 
 
 if __name__ == "__main__":

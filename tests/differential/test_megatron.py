@@ -40,8 +40,10 @@ SPLITS = ("train", "valid", "test")
 SAMPLES = [0, 1, 2, 7, 31, 100, 257]
 VOCAB, EOD = 32000, 2
 RUNNER = Path(__file__).with_name("_megatron_runner.py")
-INSTALL_HINT = ("install it with `python -m pip install --no-deps --target /tmp/megatron-core "
-                "megatron-core==0.16.1` and set TOKENLOOM_MEGATRON_PATH=/tmp/megatron-core")
+INSTALL_HINT = (
+    "install it with `python -m pip install --no-deps --target /tmp/megatron-core "
+    "megatron-core==0.16.1` and set TOKENLOOM_MEGATRON_PATH=/tmp/megatron-core"
+)
 
 
 def megatron_env() -> dict:
@@ -55,13 +57,23 @@ def megatron_env() -> dict:
 def megatron_missing_reason() -> str:
     import importlib.util
 
-    if not os.environ.get("TOKENLOOM_MEGATRON_PATH") and importlib.util.find_spec("megatron") is None:
+    if (
+        not os.environ.get("TOKENLOOM_MEGATRON_PATH")
+        and importlib.util.find_spec("megatron") is None
+    ):
         return f"megatron-core is not installed; {INSTALL_HINT}"
-    probe = ("import importlib.metadata as m, megatron.core.datasets.blended_megatron_dataset_builder;"
-             "print(m.version('megatron-core'))")
+    probe = (
+        "import importlib.metadata as m, megatron.core.datasets.blended_megatron_dataset_builder;"
+        "print(m.version('megatron-core'))"
+    )
     try:
-        done = subprocess.run([sys.executable, "-W", "ignore", "-c", probe], env=megatron_env(),
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-W", "ignore", "-c", probe],
+            env=megatron_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"megatron-core could not be probed ({error})"
     if done.returncode != 0:
@@ -92,13 +104,18 @@ def write_corpora(root: Path, rng: numpy.random.RandomState) -> list:
 
 
 def _split(rng) -> str:
-    weights = [int(rng.randint(10, 100)), int(rng.choice([0, rng.randint(10, 40)])),
-               int(rng.choice([0, rng.randint(10, 40)]))]
+    weights = [
+        int(rng.randint(10, 100)),
+        int(rng.choice([0, rng.randint(10, 40)])),
+        int(rng.choice([0, rng.randint(10, 40)])),
+    ]
     return ",".join(map(str, weights))
 
 
 def _blend(rng, prefixes, weighted: bool):
-    chosen = [prefixes[i] for i in sorted(rng.choice(len(prefixes), rng.randint(1, 4), replace=False))]
+    chosen = [
+        prefixes[i] for i in sorted(rng.choice(len(prefixes), rng.randint(1, 4), replace=False))
+    ]
     weights = [float(round(rng.uniform(0.1, 3.0), 3)) for _ in chosen] if weighted else None
     return [chosen, weights]
 
@@ -111,14 +128,19 @@ def _size(rng, weighted: bool):
 
 def _base_config(rng) -> dict:
     return dict(
-        random_seed=int(rng.randint(0, 2**31)), sequence_length=int(rng.choice(
-            [rng.randint(2, 9), rng.randint(9, 130)])), vocab_size=VOCAB, eod=EOD,
-        reset_position_ids=bool(rng.rand() < 0.3), reset_attention_mask=bool(rng.rand() < 0.3),
-        eod_mask_loss=bool(rng.rand() < 0.3), create_attention_mask=bool(rng.rand() < 0.5),
+        random_seed=int(rng.randint(0, 2**31)),
+        sequence_length=int(rng.choice([rng.randint(2, 9), rng.randint(9, 130)])),
+        vocab_size=VOCAB,
+        eod=EOD,
+        reset_position_ids=bool(rng.rand() < 0.3),
+        reset_attention_mask=bool(rng.rand() < 0.3),
+        eod_mask_loss=bool(rng.rand() < 0.3),
+        create_attention_mask=bool(rng.rand() < 0.5),
         add_extra_token_to_sequence=bool(rng.rand() < 0.8),
         drop_last_partial_validation_sequence=bool(rng.rand() < 0.7),
         mid_level_dataset_surplus=float(rng.choice([0.005, 0.0, 0.05])),
-        num_dataset_builder_threads=int(rng.randint(1, 3)))
+        num_dataset_builder_threads=int(rng.randint(1, 3)),
+    )
 
 
 def random_case(rng, prefixes, name: str) -> dict:
@@ -148,21 +170,36 @@ def random_case(rng, prefixes, name: str) -> dict:
 
 def fixed_error_cases(rng, prefixes) -> list:
     """Configs megatron-core rejects (by assertion): tokenloom must reject them too."""
-    weights_without_size = {"name": "weights_without_size", "config": dict(
-        _base_config(rng), blend=[prefixes[:2], [0.3, 0.7]], split="80,20,0"),
-        "sizes": [10, None, 5], "samples": SAMPLES}
-    full_validation_with_size = {"name": "full_validation_with_size", "config": dict(
-        _base_config(rng), blend_per_split=[[prefixes[:1], None], [prefixes[1:3], None], None],
-        multiple_validation_sets=True, full_validation=True),
-        "sizes": [10, 5, None], "samples": SAMPLES}
+    weights_without_size = {
+        "name": "weights_without_size",
+        "config": dict(_base_config(rng), blend=[prefixes[:2], [0.3, 0.7]], split="80,20,0"),
+        "sizes": [10, None, 5],
+        "samples": SAMPLES,
+    }
+    full_validation_with_size = {
+        "name": "full_validation_with_size",
+        "config": dict(
+            _base_config(rng),
+            blend_per_split=[[prefixes[:1], None], [prefixes[1:3], None], None],
+            multiple_validation_sets=True,
+            full_validation=True,
+        ),
+        "sizes": [10, 5, None],
+        "samples": SAMPLES,
+    }
     return [weights_without_size, full_validation_with_size]
 
 
 def _counts(prefixes) -> dict:
     from tokenloom.format import read_index_header
 
-    return {p: [read_index_header(p + ".idx").sequence_count,
-                read_index_header(p + ".idx").document_count] for p in prefixes}
+    return {
+        p: [
+            read_index_header(p + ".idx").sequence_count,
+            read_index_header(p + ".idx").document_count,
+        ]
+        for p in prefixes
+    }
 
 
 @pytest.fixture(scope="module")
@@ -183,8 +220,12 @@ def differential(tmp_path_factory):
     (root / "spec.json").write_text(json.dumps(cases))
     out = root / "megatron"
     out.mkdir()
-    subprocess.run([sys.executable, str(RUNNER), str(root / "spec.json"), str(out)],
-                   env=megatron_env(), check=True, timeout=900)
+    subprocess.run(
+        [sys.executable, str(RUNNER), str(root / "spec.json"), str(out)],
+        env=megatron_env(),
+        check=True,
+        timeout=900,
+    )
     return root, cases, out
 
 
@@ -223,8 +264,10 @@ def test_same_indices_and_samples_as_megatron(differential, index, tmp_path):
         except TokenloomError as tokenloom_error:
             assert not isinstance(tokenloom_error, AssertionError)
             return
-        pytest.fail(f"megatron-core rejected {case} ({megatron_error['type']}: "
-                    f"{megatron_error['message']}) but tokenloom accepted it")
+        pytest.fail(
+            f"megatron-core rejected {case} ({megatron_error['type']}: "
+            f"{megatron_error['message']}) but tokenloom accepted it"
+        )
     assert not case["name"].startswith(("weights_", "full_")), "megatron-core accepted it"
     want = numpy.load(out / f"{case['name']}.npz")
     got = tokenloom_build(case, tmp_path)
@@ -234,4 +277,5 @@ def test_same_indices_and_samples_as_megatron(differential, index, tmp_path):
         assert numpy.array_equal(array, want[name]), (case, name)
     present = {name.split(".")[0] for name in want.files}
     assert [split in present for split in SPLITS] == [
-        d is not None and (not isinstance(d, list) or len(d) > 0) for d in got], case
+        d is not None and (not isinstance(d, list) or len(d) > 0) for d in got
+    ], case

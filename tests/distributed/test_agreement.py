@@ -31,12 +31,20 @@ def _build(out: Path, cache: Path, *, blend=None, seed=5, comm=None):
 
     prefixes, _ = _corpora(out)
     blend = blend or (prefixes, [0.3, 0.7])
-    config = GPTDatasetConfig(random_seed=seed, sequence_length=16, blend=blend, split="1,0,0",
-                              tokenizer={"vocab_size": 32000, "eod": 2}, path_to_cache=str(cache),
-                              reset_position_ids=False, reset_attention_mask=False,
-                              eod_mask_loss=False)
-    datasets = BlendedMegatronDatasetBuilder(GPTDataset, [40, 0, 0], lambda: True, config,
-                                             comm=comm).build()
+    config = GPTDatasetConfig(
+        random_seed=seed,
+        sequence_length=16,
+        blend=blend,
+        split="1,0,0",
+        tokenizer={"vocab_size": 32000, "eod": 2},
+        path_to_cache=str(cache),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+    )
+    datasets = BlendedMegatronDatasetBuilder(
+        GPTDataset, [40, 0, 0], lambda: True, config, comm=comm
+    ).build()
     return [int(t) for t in datasets[0][7]["tokens"][:8]]
 
 
@@ -45,8 +53,9 @@ def worker(out_dir: str) -> None:
     out = Path(out_dir)
     prefixes, _ = _corpora(out)
     result = {
-        "blend": harness.outcome(lambda: _build(
-            out, out / "c1", blend=(prefixes[:1], None) if rank == 1 else None)),
+        "blend": harness.outcome(
+            lambda: _build(out, out / "c1", blend=(prefixes[:1], None) if rank == 1 else None)
+        ),
         "seed": harness.outcome(lambda: _build(out, out / "c2", seed=6 if rank == 2 else 5)),
         "node_local": harness.outcome(lambda: _build(out, out / f"local{rank}")),
     }

@@ -60,7 +60,9 @@ def _build(case_name: str, cache: Path, built_on_rank=lambda: True, **overrides)
 
     case = next(c for c in golden_cases("datasets") if c["name"] == case_name)
     config = golden_helpers.make_config(case, GOLDEN_DIR, cache, **overrides)
-    datasets = BlendedMegatronDatasetBuilder(GPTDataset, case["sizes"], built_on_rank, config).build()
+    datasets = BlendedMegatronDatasetBuilder(
+        GPTDataset, case["sizes"], built_on_rank, config
+    ).build()
     return datasets, numpy.load(GOLDEN_DIR / case["arrays"])
 
 
@@ -70,6 +72,7 @@ def _checked(case_name, cache, **kwargs):
         if all(d is None for d in datasets):
             return None
         return _digest(datasets, golden)
+
     return harness.outcome(run)
 
 
@@ -84,8 +87,9 @@ def worker(scenario: str, out_dir: str) -> None:
         _count_stores(out / "stores-fast.log", rank)
         result["fast"] = _checked("blend_per_split", out / "cache", fast_cache_load=True)
         _count_stores(out / "stores-other.log", rank)
-        result["not_built"] = _checked("blend_exhaustive", out / "cache2",
-                                       built_on_rank=lambda: rank != 1)
+        result["not_built"] = _checked(
+            "blend_exhaustive", out / "cache2", built_on_rank=lambda: rank != 1
+        )
         blocker = out / "not-a-directory"
         blocker.touch()
         result["rank0_fails"] = _checked("blend_unweighted_sized", blocker / "cache")
@@ -146,8 +150,15 @@ def test_rank0_failure_raises_on_every_rank_without_hanging(shared):
 
 
 def test_node_local_caches_are_built_once_per_node(tmp_path):
-    results = harness.launch(__file__, "local", tmp_path, WORLD, local_ranks=[0] * WORLD,
-                             local_world_sizes=[1] * WORLD, timeout=300)
+    results = harness.launch(
+        __file__,
+        "local",
+        tmp_path,
+        WORLD,
+        local_ranks=[0] * WORLD,
+        local_world_sizes=[1] * WORLD,
+        timeout=300,
+    )
     outcomes = [r["weighted"] for r in results]
     assert all(o["ok"] and o["value"]["mismatches"] == [] for o in outcomes), outcomes
     assert len({str(o["value"]["digests"]) for o in outcomes}) == 1

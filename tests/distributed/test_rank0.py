@@ -43,16 +43,34 @@ class FileCache:
         return manifest == "cache.json" and self.path.is_file()
 
 
-def _scenario(base: Path, name: str, rank: int, world: int, *, dirs, local, fail=None,
-              built=lambda: True, synchronize=True):
+def _scenario(
+    base: Path,
+    name: str,
+    rank: int,
+    world: int,
+    *,
+    dirs,
+    local,
+    fail=None,
+    built=lambda: True,
+    synchronize=True,
+):
     directory = base / name / dirs(rank)
     directory.mkdir(parents=True, exist_ok=True)
     cache = FileCache(directory, base / name / "builds.log", rank, fail)
     local_rank, local_world_size = local(rank)
     comm = get_communicator(local_rank=local_rank, local_world_size=local_world_size)
-    return harness.outcome(lambda: build_on_rank0_then_load(
-        cache.construct, is_built_on_rank=built, synchronize=synchronize,
-        manifest=lambda _: "cache.json", is_ready=cache.is_ready, comm=comm, what=name))
+    return harness.outcome(
+        lambda: build_on_rank0_then_load(
+            cache.construct,
+            is_built_on_rank=built,
+            synchronize=synchronize,
+            manifest=lambda _: "cache.json",
+            is_ready=cache.is_ready,
+            comm=comm,
+            what=name,
+        )
+    )
 
 
 def _two_nodes(rank):  # ranks 0,1 share node A; rank 2 is alone on node B
@@ -69,21 +87,27 @@ def worker(out_dir: str) -> None:
     result["shared"] = _scenario(base, "shared", rank, world, dirs=shared, local=one_node)
     result["node_local"] = _scenario(base, "node_local", rank, world, dirs=own_dir, local=own_node)
     result["two_nodes"] = _scenario(base, "two_nodes", rank, world, dirs=node_dir, local=_two_nodes)
-    result["wrong_topology"] = _scenario(base, "wrong_topology", rank, world, dirs=own_dir,
-                                         local=one_node)
+    result["wrong_topology"] = _scenario(
+        base, "wrong_topology", rank, world, dirs=own_dir, local=one_node
+    )
     boom = ValueError("boom from rank 0") if rank == 0 else None
-    result["rank0_fails"] = _scenario(base, "rank0_fails", rank, world, dirs=shared,
-                                      local=one_node, fail=boom)
+    result["rank0_fails"] = _scenario(
+        base, "rank0_fails", rank, world, dirs=shared, local=one_node, fail=boom
+    )
     denied = PermissionError(13, "Permission denied", "/readonly/cache") if rank == 0 else None
-    result["rank0_oserror"] = _scenario(base, "rank0_oserror", rank, world, dirs=shared,
-                                        local=one_node, fail=denied)
+    result["rank0_oserror"] = _scenario(
+        base, "rank0_oserror", rank, world, dirs=shared, local=one_node, fail=denied
+    )
     leader_boom = RuntimeError("disk full on node B") if rank == 2 else None
-    result["leader_fails"] = _scenario(base, "leader_fails", rank, world, dirs=node_dir,
-                                       local=_two_nodes, fail=leader_boom)
-    result["not_built"] = _scenario(base, "not_built", rank, world, dirs=shared, local=one_node,
-                                    built=lambda: rank != 1)
-    result["unsynchronized"] = _scenario(base, "unsynchronized", rank, world, dirs=own_dir,
-                                         local=one_node, synchronize=False)
+    result["leader_fails"] = _scenario(
+        base, "leader_fails", rank, world, dirs=node_dir, local=_two_nodes, fail=leader_boom
+    )
+    result["not_built"] = _scenario(
+        base, "not_built", rank, world, dirs=shared, local=one_node, built=lambda: rank != 1
+    )
+    result["unsynchronized"] = _scenario(
+        base, "unsynchronized", rank, world, dirs=own_dir, local=one_node, synchronize=False
+    )
     import torch.distributed as dist
 
     after = [None] * world
@@ -107,9 +131,15 @@ def _builds(out: Path, name: str):
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("name, builders", [
-    ("shared", [0]), ("node_local", [0, 1, 2]), ("two_nodes", [0, 2]), ("wrong_topology", [0, 1, 2]),
-])
+@pytest.mark.parametrize(
+    "name, builders",
+    [
+        ("shared", [0]),
+        ("node_local", [0, 1, 2]),
+        ("two_nodes", [0, 2]),
+        ("wrong_topology", [0, 1, 2]),
+    ],
+)
 def test_every_rank_gets_the_value_and_only_needed_ranks_build(gloo_results, name, builders):
     out, results = gloo_results
     assert [r[name] for r in results] == [{"ok": True, "value": VALUE}] * 3
@@ -120,7 +150,11 @@ def test_every_rank_gets_the_value_and_only_needed_ranks_build(gloo_results, nam
 def test_rank0_failure_raises_distributed_error_on_the_others(gloo_results):
     out, results = gloo_results
     first = results[0]["rank0_fails"]
-    assert (first["ok"], first["type"], first["message"]) == (False, "ValueError", "boom from rank 0")
+    assert (first["ok"], first["type"], first["message"]) == (
+        False,
+        "ValueError",
+        "boom from rank 0",
+    )
     for other in results[1:]:
         got = other["rank0_fails"]
         assert (got["ok"], got["type"]) == (False, "DistributedError")
@@ -171,14 +205,21 @@ def test_explicit_world_without_process_group_is_a_clear_error():
         build_on_rank0_then_load(lambda: 1, comm=comm)
     # without synchronisation every rank builds on its own, no collective needed
     assert build_on_rank0_then_load(lambda: 1, comm=comm, synchronize=False) == 1
-    assert build_on_rank0_then_load(lambda: 1, comm=comm, synchronize=False,
-                                    is_built_on_rank=lambda: False) is None
+    assert (
+        build_on_rank0_then_load(
+            lambda: 1, comm=comm, synchronize=False, is_built_on_rank=lambda: False
+        )
+        is None
+    )
 
 
-@pytest.mark.parametrize("env, match", [
-    ({"LOCAL_RANK": "one"}, "LOCAL_RANK='one'"),
-    ({"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "2"}, "LOCAL_RANK and LOCAL_WORLD_SIZE"),
-])
+@pytest.mark.parametrize(
+    "env, match",
+    [
+        ({"LOCAL_RANK": "one"}, "LOCAL_RANK='one'"),
+        ({"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "2"}, "LOCAL_RANK and LOCAL_WORLD_SIZE"),
+    ],
+)
 def test_bad_local_rank_environment(monkeypatch, env, match):
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -123,8 +123,9 @@ def test_object_storage_seam(tmp_path):
 
 
 def test_dict_object_storage_config_resolves_index_cache(tmp_path):
-    local = bin_readers.resolve_index_path("s3://bucket/data/x.idx",
-                                           {"path_to_idx_cache": str(tmp_path)})
+    local = bin_readers.resolve_index_path(
+        "s3://bucket/data/x.idx", {"path_to_idx_cache": str(tmp_path)}
+    )
     assert local == str(tmp_path / "bucket" / "data" / "x.idx")
     assert bin_readers.resolve_index_path("/plain/x.idx") == "/plain/x.idx"
     with pytest.raises(ConfigError, match="path_to_idx_cache"):

@@ -8,8 +8,16 @@ import pytest
 from tokenloom.errors import FormatError
 from tokenloom.format import DType, optimal_dtype
 
-CODES = {numpy.uint8: 1, numpy.int8: 2, numpy.int16: 3, numpy.int32: 4, numpy.int64: 5,
-         numpy.float64: 6, numpy.float32: 7, numpy.uint16: 8}
+CODES = {
+    numpy.uint8: 1,
+    numpy.int8: 2,
+    numpy.int16: 3,
+    numpy.int32: 4,
+    numpy.int64: 5,
+    numpy.float64: 6,
+    numpy.float32: 7,
+    numpy.uint16: 8,
+}
 
 
 @pytest.mark.parametrize("dtype, code", list(CODES.items()))
@@ -29,9 +37,17 @@ def test_unknown_codes_and_dtypes():
         DType.size("not a dtype")
 
 
-@pytest.mark.parametrize("vocab, expected", [(None, numpy.int32), (0, numpy.uint16),
-                                             (65499, numpy.uint16), (65500, numpy.int32),
-                                             (32000, numpy.uint16), (128256, numpy.int32)])
+@pytest.mark.parametrize(
+    "vocab, expected",
+    [
+        (None, numpy.int32),
+        (0, numpy.uint16),
+        (65499, numpy.uint16),
+        (65500, numpy.int32),
+        (32000, numpy.uint16),
+        (128256, numpy.int32),
+    ],
+)
 def test_optimal_dtype(vocab, expected):
     assert optimal_dtype(vocab) is expected
     assert DType.optimal_dtype(vocab) is expected

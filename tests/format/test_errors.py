@@ -87,11 +87,14 @@ def _document_offset(prefix):
     return 34 + 4 * sequences + 8 * sequences
 
 
-@pytest.mark.parametrize("values, match", [
-    ([0, 3, 2, 4], "not monotone: entry 2 is 2 after 3"),
-    ([1, 2, 3, 4], "start at 0"),
-    ([0, 2, 3, 3], "end at the sequence count 4"),
-])
+@pytest.mark.parametrize(
+    "values, match",
+    [
+        ([0, 3, 2, 4], "not monotone: entry 2 is 2 after 3"),
+        ([1, 2, 3, 4], "start at 0"),
+        ([0, 2, 3, 3], "end at the sequence count 4"),
+    ],
+)
 def test_bad_document_indices(prefix, values, match):
     _patch(prefix + ".idx", _document_offset(prefix), numpy.array(values, numpy.int64).tobytes())
     assert "data.idx" in _open_fails(prefix, match)
@@ -102,6 +105,7 @@ def test_missing_files(tmp_path, prefix):
         IndexedDataset(str(tmp_path / "nothing"))
     assert isinstance(caught.value, FileNotFoundError)
     import os
+
     os.unlink(prefix + ".bin")
     for mmap in (True, False):
         with pytest.raises(MissingFileError, match="data.bin"):
@@ -113,9 +117,15 @@ def test_missing_files(tmp_path, prefix):
 @pytest.mark.parametrize("mmap", [True, False])
 def test_reads_past_the_end(prefix, mmap):
     dataset = IndexedDataset(prefix, mmap=mmap)
-    for call in (lambda: dataset[4], lambda: dataset[-5], lambda: dataset.get(99),
-                 lambda: dataset.get(0, offset=4), lambda: dataset.get(0, offset=1, length=3),
-                 lambda: dataset.get(0, offset=-1), lambda: dataset.get(0, length=-1)):
+    for call in (
+        lambda: dataset[4],
+        lambda: dataset[-5],
+        lambda: dataset.get(99),
+        lambda: dataset.get(0, offset=4),
+        lambda: dataset.get(0, offset=1, length=3),
+        lambda: dataset.get(0, offset=-1),
+        lambda: dataset.get(0, length=-1),
+    ):
         with pytest.raises(FormatError, match="data") as caught:
             call()
         assert isinstance(caught.value, IndexError)
@@ -144,7 +154,12 @@ def test_merge_with_other_dtype_or_modality(tmp_path, prefix):
         builder_mm.add_index(prefix)
     builder.add_index(prefix)  # a failed merge left the builder usable
     builder.finalize(tmp_path / "out.idx")
-    assert [s.tolist() for s in IndexedDataset(str(tmp_path / "out"))] == [[1, 2, 3], [4], [5, 6], [7]]
+    assert [s.tolist() for s in IndexedDataset(str(tmp_path / "out"))] == [
+        [1, 2, 3],
+        [4],
+        [5, 6],
+        [7],
+    ]
 
 
 def test_merge_of_corrupt_source(tmp_path, prefix):

@@ -24,12 +24,14 @@ def _documents(golden_dir, case):
 
 @pytest.mark.parametrize("case", FORMAT_CASES, ids=_ids(FORMAT_CASES))
 def test_writer_produces_megatron_bytes(case, golden_dir, tmp_path):
-    builder = IndexedDatasetBuilder(tmp_path / "out.bin", dtype=getattr(numpy, case["dtype"]),
-                                    multimodal=case["multimodal"])
+    builder = IndexedDatasetBuilder(
+        tmp_path / "out.bin", dtype=getattr(numpy, case["dtype"]), multimodal=case["multimodal"]
+    )
     for document in _documents(golden_dir, case):
         for sequence in document:
-            builder.add_item(sequence["tokens"], sequence["mode"]) if case["multimodal"] \
-                else builder.add_item(sequence["tokens"])
+            builder.add_item(sequence["tokens"], sequence["mode"]) if case[
+                "multimodal"
+            ] else builder.add_item(sequence["tokens"])
         builder.end_document()
     builder.finalize(tmp_path / "out.idx")
     assert (tmp_path / "out.bin").read_bytes() == (golden_dir / case["bin"]).read_bytes()
@@ -38,8 +40,9 @@ def test_writer_produces_megatron_bytes(case, golden_dir, tmp_path):
 
 @pytest.mark.parametrize("case", FORMAT_CASES, ids=_ids(FORMAT_CASES))
 def test_add_document_produces_megatron_bytes(case, golden_dir, tmp_path):
-    builder = IndexedDatasetBuilder(tmp_path / "out.bin", dtype=getattr(numpy, case["dtype"]),
-                                    multimodal=case["multimodal"])
+    builder = IndexedDatasetBuilder(
+        tmp_path / "out.bin", dtype=getattr(numpy, case["dtype"]), multimodal=case["multimodal"]
+    )
     for document in _documents(golden_dir, case):
         tokens = [t for sequence in document for t in sequence["tokens"]]
         lengths = [len(sequence["tokens"]) for sequence in document]

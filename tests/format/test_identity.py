@@ -66,17 +66,26 @@ def _edit_middle_keeping_size_and_mtime(prefix: str, count: int) -> None:
 
 def _build(prefix: str, cache: str) -> GPTDataset:
     config = GPTDatasetConfig(
-        random_seed=4, sequence_length=32, reset_position_ids=False, reset_attention_mask=False,
-        eod_mask_loss=False, split="100,0,0", tokenizer=SimpleTokenizer(32000, EOD),
-        path_to_cache=cache, blend=([prefix], None))
-    dataset = BlendedMegatronDatasetBuilder(GPTDataset, [2000, 0, 0], lambda: True,
-                                            config).build()[0]
+        random_seed=4,
+        sequence_length=32,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        split="100,0,0",
+        tokenizer=SimpleTokenizer(32000, EOD),
+        path_to_cache=cache,
+        blend=([prefix], None),
+    )
+    dataset = BlendedMegatronDatasetBuilder(GPTDataset, [2000, 0, 0], lambda: True, config).build()[
+        0
+    ]
     return dataset
 
 
 @pytest.mark.parametrize("new_process", [False, True])
 def test_middle_edit_of_a_large_idx_with_size_and_mtime_restored_is_not_served_stale(
-        tmp_path, new_process):
+    tmp_path, new_process
+):
     count = 60_000  # the lengths alone span 240 KB, the .idx over 1 MB (> 512 KiB)
     prefix = _write(str(tmp_path / "big"), [9] * count)
     assert os.path.getsize(prefix + ".idx") > 512 << 10

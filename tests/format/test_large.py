@@ -18,8 +18,13 @@ def _sparse_dataset(tmp_path):
     with open(get_idx_path(prefix), "wb") as handle:
         write_index(handle, numpy.uint16, lengths, numpy.array([0, 2, 3]))
     total = int(lengths.sum(dtype=numpy.int64))
-    markers = {0: 11, TOKENS_PER_SEQUENCE - 1: 12, TOKENS_PER_SEQUENCE: 21,
-               2 * TOKENS_PER_SEQUENCE: 31, total - 1: 35}
+    markers = {
+        0: 11,
+        TOKENS_PER_SEQUENCE - 1: 12,
+        TOKENS_PER_SEQUENCE: 21,
+        2 * TOKENS_PER_SEQUENCE: 31,
+        total - 1: 35,
+    }
     with open(get_bin_path(prefix), "wb") as handle:
         handle.truncate(total * 2)  # sparse: costs no disk space
         for position, value in markers.items():

@@ -36,11 +36,17 @@ def _write(prefix: str, lengths=(5, 9, 2, 7), seed: int = 0) -> str:
 def _facts(prefix: str) -> PairFacts:
     with IndexedDataset(prefix) as dataset:
         identity = file_identity(prefix)
-        return PairFacts(prefix, os.path.abspath(prefix + ".idx"),
-                         stat_key(os.stat(prefix + ".idx")), DType.code_from_dtype(dataset.dtype),
-                         len(dataset), int(dataset.document_indices.shape[0]),
-                         str(identity["idx"][DIGEST_NAME]), int(identity["bin"]["size"]),
-                         int(identity["bin"]["mtime_ns"]))
+        return PairFacts(
+            prefix,
+            os.path.abspath(prefix + ".idx"),
+            stat_key(os.stat(prefix + ".idx")),
+            DType.code_from_dtype(dataset.dtype),
+            len(dataset),
+            int(dataset.document_indices.shape[0]),
+            str(identity["idx"][DIGEST_NAME]),
+            int(identity["bin"]["size"]),
+            int(identity["bin"]["mtime_ns"]),
+        )
 
 
 def test_known_facts_answer_without_opening_then_reads_open(tmp_path):

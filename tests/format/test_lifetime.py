@@ -44,7 +44,11 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.parametrize("mmap", ["mmap", "file"])
 def test_arrays_outlive_dataset(tmp_path, mode, mmap):
     prefix = write_dataset(tmp_path / "data", random_documents(seed=5))
-    result = subprocess.run([sys.executable, "-c", SCRIPT, prefix, mmap, mode],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, prefix, mmap, mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, f"exit {result.returncode}: {result.stderr}"
     assert result.stdout.strip() == "ok"

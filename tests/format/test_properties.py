@@ -11,8 +11,12 @@ from hypothesis import strategies as st
 
 from tokenloom.format import IndexedDataset, IndexedDatasetBuilder
 
-DTYPES = {"uint8": (numpy.uint8, 0, 255), "uint16": (numpy.uint16, 0, 65535),
-          "int32": (numpy.int32, -2**31, 2**31 - 1), "int64": (numpy.int64, -2**63, 2**63 - 1)}
+DTYPES = {
+    "uint8": (numpy.uint8, 0, 255),
+    "uint16": (numpy.uint16, 0, 65535),
+    "int32": (numpy.int32, -(2**31), 2**31 - 1),
+    "int64": (numpy.int64, -(2**63), 2**63 - 1),
+}
 
 
 @st.composite
@@ -27,8 +31,10 @@ def corpora(draw):
 
 def _read_back(prefix):
     dataset = IndexedDataset(prefix)
-    return [[dataset[i].tolist() for i in range(a, b)]
-            for a, b in zip(dataset.document_indices[:-1], dataset.document_indices[1:])]
+    return [
+        [dataset[i].tolist() for i in range(a, b)]
+        for a, b in zip(dataset.document_indices[:-1], dataset.document_indices[1:])
+    ]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -53,14 +59,20 @@ def test_round_trip_and_equivalent_writers(corpus):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 65534), max_size=20), max_size=30),
-       st.integers(1, 50), st.one_of(st.none(), st.integers(0, 65535)))
+@given(
+    st.lists(st.lists(st.integers(0, 65534), max_size=20), max_size=30),
+    st.integers(1, 50),
+    st.one_of(st.none(), st.integers(0, 65535)),
+)
 def test_add_documents_equals_add_item(documents, chunk_size, eod):
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         bulk = IndexedDatasetBuilder(folder / "bulk.bin", dtype=numpy.uint16)
-        bulk.add_documents([numpy.array(d, dtype=numpy.int64) for d in documents],
-                           eod_token=eod, chunk_size=chunk_size)
+        bulk.add_documents(
+            [numpy.array(d, dtype=numpy.int64) for d in documents],
+            eod_token=eod,
+            chunk_size=chunk_size,
+        )
         bulk.finalize(folder / "bulk.idx")
         single = IndexedDatasetBuilder(folder / "single.bin", dtype=numpy.uint16)
         for document in documents:

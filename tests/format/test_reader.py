@@ -44,7 +44,10 @@ def test_index_arrays_and_pointers(small_prefix):
     assert dataset.document_indices.dtype == numpy.int64
     assert dataset.sequence_lengths.tolist() == lengths
     assert dataset.sequence_pointers.tolist() == (2 * numpy.cumsum([0] + lengths[:-1])).tolist()
-    assert dataset.document_indices.tolist() == numpy.cumsum([0] + [len(d) for d in documents]).tolist()
+    assert (
+        dataset.document_indices.tolist()
+        == numpy.cumsum([0] + [len(d) for d in documents]).tolist()
+    )
     assert not dataset.sequence_lengths.flags.writeable
 
 
@@ -56,7 +59,8 @@ def test_tokens_view_supports_vectorised_gathers(small_prefix):
     assert tokens.tolist() == [t for s in _flat(documents) for t in s]
     starts = dataset.sequence_pointers // tokens.itemsize
     assert tokens[starts[dataset.sequence_lengths > 0]].tolist() == [
-        s[0] for s in _flat(documents) if s]
+        s[0] for s in _flat(documents) if s
+    ]
     assert IndexedDataset(prefix, mmap=False).tokens is None
 
 
@@ -71,8 +75,9 @@ def test_iteration_stops_with_index_error(small_prefix):
 @pytest.mark.parametrize("mmap", [True, False], ids=["mmap", "file"])
 def test_pickle_reopens_files(small_prefix, mmap):
     prefix, documents = small_prefix
-    dataset = IndexedDataset(prefix, mmap=mmap, sequences_per_dataset=(
-        len(_flat(documents)), len(documents) + 1))
+    dataset = IndexedDataset(
+        prefix, mmap=mmap, sequences_per_dataset=(len(_flat(documents)), len(documents) + 1)
+    )
     clone = pickle.loads(pickle.dumps(dataset))
     assert clone is not dataset and clone.mmap == mmap
     assert [s.tolist() for s in clone] == [s.tolist() for s in dataset]
@@ -84,9 +89,13 @@ def test_dataloader_workers_read_through_pickled_dataset(small_prefix):
     torch = pytest.importorskip("torch")
     prefix, documents = small_prefix
     dataset = IndexedDataset(prefix)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=1,
-                                         collate_fn=numpy.ndarray.tolist,
-                                         multiprocessing_context="spawn")
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=None,
+        num_workers=1,
+        collate_fn=numpy.ndarray.tolist,
+        multiprocessing_context="spawn",
+    )
     assert list(loader) == _flat(documents)
 
 
@@ -113,8 +122,13 @@ def test_exists(small_prefix, tmp_path):
 
 def test_multimodal_round_trip(tmp_path):
     rng = numpy.random.default_rng(3)
-    documents = [[(rng.integers(0, 9, rng.integers(1, 6)).tolist(), int(rng.integers(-3, 4)))
-                  for _ in range(rng.integers(1, 4))] for _ in range(10)]
+    documents = [
+        [
+            (rng.integers(0, 9, rng.integers(1, 6)).tolist(), int(rng.integers(-3, 4)))
+            for _ in range(rng.integers(1, 4))
+        ]
+        for _ in range(10)
+    ]
     prefix = write_dataset(tmp_path / "mm", documents, numpy.int32, multimodal=True)
     flat = _flat(documents)
     dataset = IndexedDataset(prefix, multimodal=True)

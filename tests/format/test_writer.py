@@ -30,7 +30,14 @@ def test_accepts_numpy_lists_and_torch(tmp_path):
     builder.end_document()
     builder.add_document(torch.tensor([1, 2, 3]), torch.tensor([2, 1]))
     builder.finalize(tmp_path / "out.idx")
-    assert _tokens_of(str(tmp_path / "out")) == [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10, 11], [1, 2], [3]]
+    assert _tokens_of(str(tmp_path / "out")) == [
+        [1, 2, 3],
+        [4, 5],
+        [6, 7, 8, 9],
+        [10, 11],
+        [1, 2],
+        [3],
+    ]
     assert IndexedDataset(str(tmp_path / "out")).document_indices.tolist() == [0, 4, 6]
 
 
@@ -64,7 +71,11 @@ def test_add_documents_multimodal_modes(tmp_path):
     builder = _build(tmp_path, "mm", multimodal=True)
     builder.add_documents([[1], [2, 3], [4]], modes=[1, -1, 3], chunk_size=2)
     builder.finalize(tmp_path / "mm.idx")
-    assert IndexedDataset(str(tmp_path / "mm"), multimodal=True).sequence_modes.tolist() == [1, -1, 3]
+    assert IndexedDataset(str(tmp_path / "mm"), multimodal=True).sequence_modes.tolist() == [
+        1,
+        -1,
+        3,
+    ]
     builder = _build(tmp_path, "bad", multimodal=True)
     with pytest.raises(FormatError, match="3 modes for 2 documents"):
         builder.add_documents([[1], [2]], modes=[1, 2, 3])
@@ -90,9 +101,17 @@ def test_add_index_concatenates_documents(tmp_path):
     assert sum(seen) == os.path.getsize(first + ".bin")
 
 
-@pytest.mark.parametrize("value, dtype", [(70000, numpy.uint16), (-1, numpy.uint16),
-                                          (2**31, numpy.int32), (300, numpy.uint8),
-                                          (1.5, numpy.int32), (2**70, numpy.int64)])
+@pytest.mark.parametrize(
+    "value, dtype",
+    [
+        (70000, numpy.uint16),
+        (-1, numpy.uint16),
+        (2**31, numpy.int32),
+        (300, numpy.uint8),
+        (1.5, numpy.int32),
+        (2**70, numpy.int64),
+    ],
+)
 def test_token_that_does_not_fit_is_refused(tmp_path, value, dtype):
     builder = _build(tmp_path, dtype=dtype)
     with pytest.raises(FormatError, match="out.bin"):
@@ -184,7 +203,8 @@ def test_add_flat_documents_matches_add_documents(tmp_path):
         list_builder.add_documents(documents, eod_token=eod, chunk_size=50)
         list_builder.finalize(tmp_path / f"list_{name}.idx")
         for ext in ("bin", "idx"):
-            assert (tmp_path / f"flat_{name}.{ext}").read_bytes() == \
-                (tmp_path / f"list_{name}.{ext}").read_bytes()
+            assert (tmp_path / f"flat_{name}.{ext}").read_bytes() == (
+                tmp_path / f"list_{name}.{ext}"
+            ).read_bytes()
     with pytest.raises(FormatError, match="lengths sum to 3 but there are 2 tokens"):
         _build(tmp_path, "bad").add_flat_documents([1, 2], [1, 2])

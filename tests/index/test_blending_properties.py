@@ -61,8 +61,9 @@ def test_numpy_blend_equals_reference(weights, size):
     """The buffered numpy scan (small blends before numba is loaded) is the reference's."""
     from tokenloom.index.blending import build_blending_indices_numpy
 
-    _assert_same(build_blending_indices_numpy(weights, size),
-                 reference.build_blending_indices(weights, size))
+    _assert_same(
+        build_blending_indices_numpy(weights, size), reference.build_blending_indices(weights, size)
+    )
 
 
 @SETTINGS
@@ -115,9 +116,7 @@ def test_blend_prefix_property():
         assert numpy.abs(counts - weights * t).max() < 2.0
     # dataset_sample_index counts up per dataset
     for d in (0, 31, 63):
-        numpy.testing.assert_array_equal(
-            sample_index[dataset_index == d], numpy.arange(counts[d])
-        )
+        numpy.testing.assert_array_equal(sample_index[dataset_index == d], numpy.arange(counts[d]))
 
 
 def test_rarely_due_datasets_go_through_the_far_queue(compiled):
@@ -141,9 +140,14 @@ def test_equal_weight_groups_are_served_round_robin(compiled):
 
 
 @settings(max_examples=200, deadline=None)
-@given(values=st.lists(st.one_of(st.integers(-4, 4).map(float),
-                                 st.floats(-1e6, 1e6, allow_nan=False)), min_size=1,
-                       max_size=80), data=st.data())
+@given(
+    values=st.lists(
+        st.one_of(st.integers(-4, 4).map(float), st.floats(-1e6, 1e6, allow_nan=False)),
+        min_size=1,
+        max_size=80,
+    ),
+    data=st.data(),
+)
 def test_select_equals_numpy_partition(compiled, values, data):
     """The rebuild's quickselect picks numpy.partition's k-th value (ties included)."""
     fast, _ = compiled

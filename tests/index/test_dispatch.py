@@ -13,11 +13,11 @@ import tokenloom.index as index
 import tokenloom.index.reference as reference
 from tokenloom.index import dispatch
 
-SETTINGS = settings(max_examples=30, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 # (BLEND_NUMPY_MAX_WORK, BLEND_SCAN_BELOW) forcing each blending route
-BLEND_ROUTES = {dispatch.NUMPY: (10**18, 24), dispatch.SCAN: (-1, 10**6),
-                dispatch.FAST: (-1, 0)}
+BLEND_ROUTES = {dispatch.NUMPY: (10**18, 24), dispatch.SCAN: (-1, 10**6), dispatch.FAST: (-1, 0)}
 
 
 def _same(actual, expected):
@@ -27,28 +27,39 @@ def _same(actual, expected):
 
 
 @SETTINGS
-@given(weights=blend_weights(max_datasets=60), size=st.integers(0, 800),
-       route=st.sampled_from(sorted(BLEND_ROUTES)))
+@given(
+    weights=blend_weights(max_datasets=60),
+    size=st.integers(0, 800),
+    route=st.sampled_from(sorted(BLEND_ROUTES)),
+)
 def test_every_blending_route_equals_the_reference(monkeypatch, weights, size, route):
     work, below = BLEND_ROUTES[route]
     monkeypatch.setattr(dispatch, "BLEND_NUMPY_MAX_WORK", work)
     monkeypatch.setattr(dispatch, "BLEND_SCAN_BELOW", below)
     assert dispatch.blending_route(len(weights), size) == route
-    _same(index.build_blending_indices(weights, size),
-          reference.build_blending_indices(weights, size))
+    _same(
+        index.build_blending_indices(weights, size), reference.build_blending_indices(weights, size)
+    )
 
 
 @SETTINGS
-@given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=50),
-       route=st.sampled_from([dispatch.REFERENCE, dispatch.SCAN, dispatch.FAST]))
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=50),
+    route=st.sampled_from([dispatch.REFERENCE, dispatch.SCAN, dispatch.FAST]),
+)
 def test_every_exhaustive_route_equals_the_reference(monkeypatch, sizes, route):
-    work, below = {dispatch.REFERENCE: (10**18, 24), dispatch.SCAN: (-1, 10**6),
-                   dispatch.FAST: (-1, 0)}[route]
+    work, below = {
+        dispatch.REFERENCE: (10**18, 24),
+        dispatch.SCAN: (-1, 10**6),
+        dispatch.FAST: (-1, 0),
+    }[route]
     monkeypatch.setattr(dispatch, "BLEND_NUMPY_MAX_WORK", work)
     monkeypatch.setattr(dispatch, "BLEND_SCAN_BELOW", below)
     assert dispatch.exhaustive_route(len(sizes), sum(sizes)) == route
-    _same(index.build_exhaustive_blending_indices(sizes),
-          reference.build_exhaustive_blending_indices(sizes))
+    _same(
+        index.build_exhaustive_blending_indices(sizes),
+        reference.build_exhaustive_blending_indices(sizes),
+    )
 
 
 @pytest.mark.parametrize("limit", [10**9, 0])  # vectorized, kernel
@@ -59,9 +70,11 @@ def test_both_sample_index_routes_equal_the_reference(monkeypatch, limit):
     documents = rng.permutation(numpy.tile(numpy.arange(300, dtype=numpy.int32), 2))
     args = (sizes, documents, 32, 2, int(sizes.sum()), False, 1)
     assert dispatch.sample_index_route(documents) == (
-        dispatch.VECTORIZED if limit else dispatch.KERNEL)
-    numpy.testing.assert_array_equal(index.build_sample_index(*args),
-                                     reference.build_sample_index(*args))
+        dispatch.VECTORIZED if limit else dispatch.KERNEL
+    )
+    numpy.testing.assert_array_equal(
+        index.build_sample_index(*args), reference.build_sample_index(*args)
+    )
 
 
 def test_routes_depend_on_the_inputs_only():
@@ -73,5 +86,6 @@ def test_routes_depend_on_the_inputs_only():
     assert [dispatch.blending_route(1024, n) for n in (10, 10**4, 10**6)] == first
     assert first == [dispatch.NUMPY, dispatch.NUMPY, dispatch.FAST]
     assert dispatch.shuffle_route(numpy.random.RandomState(0), numpy.arange(10)) == dispatch.NUMPY
-    assert dispatch.shuffle_route(numpy.random.RandomState(0),
-                                  numpy.arange(10**4)) == dispatch.KERNEL
+    assert (
+        dispatch.shuffle_route(numpy.random.RandomState(0), numpy.arange(10**4)) == dispatch.KERNEL
+    )

@@ -65,8 +65,14 @@ def _run_kernel(function, rs, x, *args):
 
 
 @SETTINGS
-@given(seed=st.integers(0, 2**32 - 1), draws=st.integers(0, 1500), gauss=st.booleans(),
-       n=LENGTHS, dtype=DTYPES, block=st.sampled_from([1, 2, 7, 64, 256]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    draws=st.integers(0, 1500),
+    gauss=st.booleans(),
+    n=LENGTHS,
+    dtype=DTYPES,
+    block=st.sampled_from([1, 2, 7, 64, 256]),
+)
 def test_kernel_shuffles_like_numpy(kernel, seed, draws, gauss, n, dtype, block):
     expected_rs, rs = _generator(seed, draws, gauss), _generator(seed, draws, gauss)
     values = numpy.random.default_rng(seed).integers(-(2**31), 2**31, n).astype(dtype)
@@ -99,9 +105,14 @@ def _random_interval(rs: numpy.random.RandomState, maximum: int) -> int:
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), draws=st.integers(0, 1300),
-       maximum=st.one_of(st.sampled_from([2**32, 2**32 + 1, 3 << 40, 2**63 - 1, 2**64 - 1]),
-                         st.integers(2**32, 2**64 - 1)))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    draws=st.integers(0, 1300),
+    maximum=st.one_of(
+        st.sampled_from([2**32, 2**32 + 1, 3 << 40, 2**63 - 1, 2**64 - 1]),
+        st.integers(2**32, 2**64 - 1),
+    ),
+)
 def test_random_interval_64_bit_branch(kernel, seed, draws, maximum):
     expected_rs, rs = _generator(seed, draws, False), _generator(seed, draws, False)
     expected = [_random_interval(expected_rs, maximum) for _ in range(5)]
@@ -141,9 +152,13 @@ def spy(kernel, monkeypatch):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(seed=st.integers(0, 2**32 - 1), draws=st.integers(0, 1500), gauss=st.booleans(),
-       n=st.integers(0, 3000),
-       dtype=st.sampled_from(["int32", "int64", "uint32", "int8", "uint16", "float64", ">i4"]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    draws=st.integers(0, 1500),
+    gauss=st.booleans(),
+    n=st.integers(0, 3000),
+    dtype=st.sampled_from(["int32", "int64", "uint32", "int8", "uint16", "float64", ">i4"]),
+)
 def test_legacy_shuffle_equals_numpy(monkeypatch, spy, seed, draws, gauss, n, dtype):
     monkeypatch.setattr(dispatch, "SHUFFLE_KERNEL_MIN_SIZE", 0)
     spy.clear()

@@ -55,16 +55,21 @@ def _readable_check(lengths, documents, sample, shuffle, seq, extra) -> bool:
             return False
         sizes.append(int(lengths[documents[b:e]].sum()) - bo + eo)
     short = [k for k, s in enumerate(sizes) if s < seq]
-    tail_ok = not short or all(s == 0 for s in sizes[short[0] + 1:])
+    tail_ok = not short or all(s == 0 for s in sizes[short[0] + 1 :])
     return all(s <= seq for s in sizes) and tail_ok
 
 
 @settings(max_examples=80, deadline=None)
-@given(seed=st.integers(0, 2**16), seq=st.integers(2, 40), extra=st.integers(0, 1),
-       drop_last=st.booleans(), corrupt=st.integers(0, 5), where=st.integers(0, 10**6),
-       value=st.integers(-3, 10**4))
-def test_gpt_check_equals_the_readable_check(seed, seq, extra, drop_last, corrupt, where,
-                                             value):
+@given(
+    seed=st.integers(0, 2**16),
+    seq=st.integers(2, 40),
+    extra=st.integers(0, 1),
+    drop_last=st.booleans(),
+    corrupt=st.integers(0, 5),
+    where=st.integers(0, 10**6),
+    value=st.integers(-3, 10**4),
+)
+def test_gpt_check_equals_the_readable_check(seed, seq, extra, drop_last, corrupt, where, value):
     lengths, documents, sample, shuffle = _gpt(seed, seq, extra, drop_last)
     target = (documents, sample[:, 0], sample[:, 1], shuffle, None, None)[corrupt]
     if target is not None and target.size:

@@ -44,4 +44,6 @@ def test_cache_locations_follow_numba(monkeypatch, tmp_path):
     monkeypatch.delenv("NUMBA_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     places = cache_locations()
-    assert places[0].endswith("kernels/__pycache__") and places[1] == str(tmp_path / "xdg" / "numba")
+    assert places[0].endswith("kernels/__pycache__") and places[1] == str(
+        tmp_path / "xdg" / "numba"
+    )

@@ -34,8 +34,14 @@ STATS = textwrap.dedent("""
 
 
 def _run(code: str, env: dict, timeout: int) -> str:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=str(ROOT),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -50,18 +56,24 @@ def _hits_and_misses(output: str) -> dict:
 @pytest.mark.timeout(600)
 def test_a_read_only_install_caches_in_the_user_wide_folder(tmp_path):
     site = tmp_path / "site"
-    shutil.copytree(Path(tokenloom.__file__).parent, site / "tokenloom",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(tokenloom.__file__).parent,
+        site / "tokenloom",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     kernels = site / "tokenloom" / "kernels"
     if os.geteuid() == 0:  # root writes anywhere: make the in-tree cache path unusable
         (kernels / "__pycache__").write_text("not a folder")
     else:
         kernels.chmod(0o555)
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR",)}
-    env.update(PYTHONPATH=str(site), XDG_CACHE_HOME=str(tmp_path / "xdg"),
-               TOKENLOOM_DISABLE_NUMBA="0")
-    shuffle = ("import numpy; from tokenloom.index import legacy_shuffle; "
-               "legacy_shuffle(numpy.random.RandomState(1), numpy.arange(20000, dtype='i4'))\n")
+    env.update(
+        PYTHONPATH=str(site), XDG_CACHE_HOME=str(tmp_path / "xdg"), TOKENLOOM_DISABLE_NUMBA="0"
+    )
+    shuffle = (
+        "import numpy; from tokenloom.index import legacy_shuffle; "
+        "legacy_shuffle(numpy.random.RandomState(1), numpy.arange(20000, dtype='i4'))\n"
+    )
     first = _hits_and_misses(_run(shuffle + STATS, env, 500))
     assert first["shuffle.shuffle"] == [0, 1]  # compiled
     cached = list((tmp_path / "xdg" / "numba").rglob("shuffle.shuffle-*.nbi"))
@@ -108,13 +120,24 @@ WORKLOAD = textwrap.dedent("""
 @pytest.mark.timeout(900)
 def test_after_warmup_a_first_process_compiles_nothing(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), TOKENLOOM_DISABLE_NUMBA="0")
-    done = subprocess.run([sys.executable, "-m", "tokenloom", "warmup", "--token-dtypes",
-                           "uint16"], capture_output=True, text=True, env=env, timeout=800)
+    done = subprocess.run(
+        [sys.executable, "-m", "tokenloom", "warmup", "--token-dtypes", "uint16"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=800,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "samples" in done.stdout and str(tmp_path / "numba") in done.stdout
     stats = _hits_and_misses(_run(WORKLOAD.format(root=str(ROOT)) + STATS, env, 300))
     assert stats, "the workload ran no kernel"
     missed = {name: hm for name, hm in stats.items() if hm[1]}
     assert not missed, f"compiled although warmed up: {missed}"
-    assert {"batch.fill_sample", "batch.fill_batch", "blend_fast.greedy",
-            "sample_index.sample_index", "shuffle.shuffle", "permutation.swap_block"} <= set(stats)
+    assert {
+        "batch.fill_sample",
+        "batch.fill_batch",
+        "blend_fast.greedy",
+        "sample_index.sample_index",
+        "shuffle.shuffle",
+        "permutation.swap_block",
+    } <= set(stats)

@@ -11,8 +11,16 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / ".." / "shared" / "golden" / "megatron-training"
-WRAP_LAYOUTS = ("dp2_cp2", "dp2_cp2_unpacked", "dp2_cp2_tp2", "dp2_cp1_pp3", "dp2_cp1_pp3_vpp2",
-                "dp1_cp2_pp3_vpp2", "dp1_cp1_pp3_fp32", "dp2_cp1_error")
+WRAP_LAYOUTS = (
+    "dp2_cp2",
+    "dp2_cp2_unpacked",
+    "dp2_cp2_tp2",
+    "dp2_cp1_pp3",
+    "dp2_cp1_pp3_vpp2",
+    "dp1_cp2_pp3_vpp2",
+    "dp1_cp1_pp3_fp32",
+    "dp2_cp1_error",
+)
 HYBRID_LAYOUTS = ("dp2_cp2", "dp1_cp4", "dp4_cp1")
 DTYPES = {"loss_mask": torch.float32, "cu_seqlens": torch.int32, "max_seqlen": torch.int32}
 
@@ -74,12 +82,16 @@ def random_sequences(layout: str, scheduler: str, dp_rank: int, cp: int) -> list
             padded = -(-original // (2 * cp)) * (2 * cp)
             base = 1_000_000 * (dp_rank + 1) + 1000 * k
             tokens = [base + t for t in range(original)] + [-1] * (padded - original)
-            item.append({
-                "tokens": torch.tensor(tokens), "labels": torch.tensor(tokens) + 1,
-                "loss_mask": torch.ones(padded), "position_ids": torch.arange(padded),
-                "original_seq_len": torch.tensor([original]),
-                "padded_seq_len": torch.tensor([padded]),
-            })
+            item.append(
+                {
+                    "tokens": torch.tensor(tokens),
+                    "labels": torch.tensor(tokens) + 1,
+                    "loss_mask": torch.ones(padded),
+                    "position_ids": torch.arange(padded),
+                    "original_seq_len": torch.tensor([original]),
+                    "padded_seq_len": torch.tensor([padded]),
+                }
+            )
             k += 1
         items.append(item)
     return items

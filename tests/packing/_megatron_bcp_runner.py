@@ -40,8 +40,13 @@ def main() -> None:
         start = time.perf_counter()
         try:
             seqlens, ids = scheduler.get_groups_and_subsamples(items, None)
-            out.append({"seqlen_groups": seqlens, "sample_id_groups": ids,
-                        "seconds": time.perf_counter() - start})
+            out.append(
+                {
+                    "seqlen_groups": seqlens,
+                    "sample_id_groups": ids,
+                    "seconds": time.perf_counter() - start,
+                }
+            )
         except Exception as error:  # noqa: BLE001 - recorded for the test
             out.append({"error": type(error).__name__})
     Path(sys.argv[2]).write_text(json.dumps(out))

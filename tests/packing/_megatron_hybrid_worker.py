@@ -37,19 +37,24 @@ def packed_batch(rng: random.Random, limit: int, total: int) -> list[dict]:
     """A list of packed samples; some sub-samples are empty, some have trailing tokens."""
     batch = []
     for s in range(rng.randint(1, 3)):
-        lengths = [rng.choice([0] + [rng.randint(1, limit * total)] * 6)
-                   for _ in range(rng.randint(1, 4))]
+        lengths = [
+            rng.choice([0] + [rng.randint(1, limit * total)] * 6) for _ in range(rng.randint(1, 4))
+        ]
         bounds = [0]
         for n in lengths:
             bounds.append(bounds[-1] + n)
         size = bounds[-1] + rng.choice([0, 0, 3])
         base = 1000 * (s + 1)
-        batch.append({"tokens": torch.arange(base, base + size),
-                      "labels": torch.arange(base + 1, base + size + 1),
-                      "loss_mask": torch.ones(size, dtype=torch.float32),
-                      "position_ids": torch.arange(size),
-                      "cu_seqlens": torch.tensor(bounds, dtype=torch.int32),
-                      "max_seqlen": torch.tensor([max(lengths)], dtype=torch.int32)})
+        batch.append(
+            {
+                "tokens": torch.arange(base, base + size),
+                "labels": torch.arange(base + 1, base + size + 1),
+                "loss_mask": torch.ones(size, dtype=torch.float32),
+                "position_ids": torch.arange(size),
+                "cu_seqlens": torch.tensor(bounds, dtype=torch.int32),
+                "max_seqlen": torch.tensor([max(lengths)], dtype=torch.int32),
+            }
+        )
     if all(int(b["cu_seqlens"][-1]) == 0 for b in batch):
         batch[0]["cu_seqlens"][-1] = 1
     return batch
@@ -72,10 +77,17 @@ def one_layout(me: int, dp: int, cp: int) -> dict:
         for _ in range(STEPS):
             samples, groups = next(wrapper)
             assert samples is not None
-            records.append({"groups": groups, "ids": [int(i) for i in samples],
-                            "samples": cases.to_lists(samples),
-                            "dtypes": {str(k): {f: cases.dtype_name(t) for f, t in v.items()}
-                                       for k, v in samples.items()}})
+            records.append(
+                {
+                    "groups": groups,
+                    "ids": [int(i) for i in samples],
+                    "samples": cases.to_lists(samples),
+                    "dtypes": {
+                        str(k): {f: cases.dtype_name(t) for f, t in v.items()}
+                        for k, v in samples.items()
+                    },
+                }
+            )
         out[name] = records
     return out
 

@@ -59,10 +59,14 @@ def test_balances_lognormal_batches_and_beats_megatron(seed: int) -> None:
     lengths = _lognormal(seed, 256, limit * cp)
     items = list(enumerate(lengths))
     by_id = dict(items)
-    cost = imbalance(rank_times(CostBalancedScheduler(limit, cp, dp, None)
-                                .get_groups_and_subsamples(items), by_id))
-    dpb = imbalance(rank_times(DpBalancedScheduler(limit, cp, dp, None)
-                               .get_groups_and_subsamples(items), by_id))
+    cost = imbalance(
+        rank_times(
+            CostBalancedScheduler(limit, cp, dp, None).get_groups_and_subsamples(items), by_id
+        )
+    )
+    dpb = imbalance(
+        rank_times(DpBalancedScheduler(limit, cp, dp, None).get_groups_and_subsamples(items), by_id)
+    )
     _, groups = BalancedCPScheduler(limit, cp * dp).get_groups_and_subsamples(items)
     bcp = imbalance(rank_times(groups, by_id))
     assert cost <= 1.05

@@ -17,16 +17,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.support import distributed_harness as harness
 from tests.packing import _megatron_shims
+from tests.support import distributed_harness as harness
 
 from tokenloom.errors import TokenloomError
 from tokenloom.packing import BalancedCPScheduler
 
-pytestmark = [pytest.mark.megatron, pytest.mark.slow,
-              pytest.mark.skipif(not _megatron_shims.megatron_path(),
-                                 reason="megatron-core 0.16.1 not found: set "
-                                        "TOKENLOOM_MEGATRON_PATH to an unpacked copy")]
+pytestmark = [
+    pytest.mark.megatron,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not _megatron_shims.megatron_path(),
+        reason="megatron-core 0.16.1 not found: set TOKENLOOM_MEGATRON_PATH to an unpacked copy",
+    ),
+]
 HERE = Path(__file__).parent
 NUM_CASES = int(os.environ.get("TOKENLOOM_DIFF_CASES", "160"))
 SEED = int(os.environ.get("TOKENLOOM_DIFF_SEED", "0"))
@@ -43,8 +47,10 @@ def _lengths(rng: random.Random, kind: str, n: int, limit: int, ranks: int) -> l
     if kind == "small":
         return [rng.randint(1, limit) for _ in range(n)]
     if kind == "pow2":
-        return [max(1, min(cap, limit * rng.choice([1, 2, 4]) + rng.choice([-1, 0, 1])))
-                for _ in range(n)]
+        return [
+            max(1, min(cap, limit * rng.choice([1, 2, 4]) + rng.choice([-1, 0, 1])))
+            for _ in range(n)
+        ]
     distinct = [rng.randint(1, cap) for _ in range(rng.randint(1, 3))]
     return [rng.choice(distinct) for _ in range(n)]
 
@@ -67,14 +73,24 @@ def random_cases(count: int, seed: int) -> list[dict]:
         pairs = list(zip(ids, lengths))
         if style == 3:
             rng.shuffle(pairs)
-        cases.append({"max_seq_len_per_rank": limit, "dp_cp_size": ranks,
-                      "sample_id_seqlens": [list(p) for p in pairs]})
+        cases.append(
+            {
+                "max_seq_len_per_rank": limit,
+                "dp_cp_size": ranks,
+                "sample_id_seqlens": [list(p) for p in pairs],
+            }
+        )
     return cases
 
 
 def _run(cmd: list[str], timeout: float) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     if proc.returncode:
         pytest.fail(f"megatron-core runner failed:\n{proc.stderr[-4000:]}")
 
@@ -84,8 +100,15 @@ def test_balanced_cp_scheduler_matches_megatron_on_random_inputs(tmp_path: Path)
     cases = random_cases(NUM_CASES, SEED)
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(cases))
-    _run([sys.executable, str(HERE / "_megatron_bcp_runner.py"), str(spec),
-          str(tmp_path / "out.json")], timeout=540)
+    _run(
+        [
+            sys.executable,
+            str(HERE / "_megatron_bcp_runner.py"),
+            str(spec),
+            str(tmp_path / "out.json"),
+        ],
+        timeout=540,
+    )
     theirs = json.loads((tmp_path / "out.json").read_text())
     compared = 0
     for index, (case, want) in enumerate(zip(cases, theirs)):
@@ -105,8 +128,9 @@ def test_balanced_cp_scheduler_matches_megatron_on_random_inputs(tmp_path: Path)
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 def test_hybrid_cp_wrapper_matches_megatron_on_random_batches(tmp_path: Path) -> None:
-    results = harness.launch(str(HERE / "_megatron_hybrid_worker.py"), "all", tmp_path, 4,
-                             timeout=240)
+    results = harness.launch(
+        str(HERE / "_megatron_hybrid_worker.py"), "all", tmp_path, 4, timeout=240
+    )
     checked = 0
     for rank, result in enumerate(results):
         for layout, sides in result.items():

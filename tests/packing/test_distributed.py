@@ -13,14 +13,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.support import distributed_harness as harness
 from tests.packing import _cases as cases
+from tests.support import distributed_harness as harness
 
 from tokenloom.packing import layout_groups, rank_coordinates, thd_partitioned_indices
 
-pytestmark = [pytest.mark.distributed, pytest.mark.slow,
-              pytest.mark.skipif(bool(cases.golden_missing_reason()),
-                                 reason=cases.golden_missing_reason() or "golden present")]
+pytestmark = [
+    pytest.mark.distributed,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        bool(cases.golden_missing_reason()),
+        reason=cases.golden_missing_reason() or "golden present",
+    ),
+]
 WORKER = str(Path(__file__).with_name("_worker.py"))
 WORLD = 8
 
@@ -42,18 +47,25 @@ def test_wrap_data_iterator_matches_golden(results: list[dict], layout: str) -> 
             assert mine["wrap_data_iterator"]["error"] == "PackingError", where
             assert "not enough sequences" in mine["wrap_data_iterator"]["message"], where
             continue
-        for key in ("num_micro_batches", "num_micro_batches_type",
-                    "seqlen_sum_this_global_batch", "seqlen_squared_sum_this_global_batch"):
+        for key in (
+            "num_micro_batches",
+            "num_micro_batches_type",
+            "seqlen_sum_this_global_batch",
+            "seqlen_squared_sum_this_global_batch",
+        ):
             assert mine[key] == record[key], f"{where}: {key}"
-        assert [i is None for i in mine["new_iterator"]] == \
-            [i is None for i in record["new_iterator"]], where
+        assert [i is None for i in mine["new_iterator"]] == [
+            i is None for i in record["new_iterator"]
+        ], where
         assert len(mine["stages"]) == len(record["stages"]), where
         for got, want in zip(mine["stages"], record["stages"]):
             assert got["vp_stage"] == want["vp_stage"], where
             assert len(got["microbatches"]) == len(want["microbatches"]), where
             for g, w in zip(got["microbatches"], want["microbatches"]):
                 for key, value in w.items():
-                    assert g[key] == value, f"{where} vp {want['vp_stage']} mb {w['microbatch']}: {key}"
+                    assert g[key] == value, (
+                        f"{where} vp {want['vp_stage']} mb {w['microbatch']}: {key}"
+                    )
 
 
 @pytest.mark.timeout(480)
@@ -61,13 +73,21 @@ def test_wrap_layout_groups_match_golden_process_groups() -> None:
     for layout in cases.WRAP_LAYOUTS:
         golden = cases.load(f"wrap_data_iterator/{layout}.json")
         meta = golden["meta"]
-        sizes = (meta["world_size"], meta["tensor_model_parallel_size"],
-                 meta["context_parallel_size"], meta["pipeline_model_parallel_size"])
+        sizes = (
+            meta["world_size"],
+            meta["tensor_model_parallel_size"],
+            meta["context_parallel_size"],
+            meta["pipeline_model_parallel_size"],
+        )
         groups = layout_groups(*sizes)
         for record in golden["ranks"]:
             coords = rank_coordinates(record["rank"], *sizes)
             assert (coords.tp, coords.cp, coords.dp, coords.pp) == (
-                record["tp_rank"], record["cp_rank"], record["dp_rank"], record["pp_rank"])
+                record["tp_rank"],
+                record["cp_rank"],
+                record["dp_rank"],
+                record["pp_rank"],
+            )
             for kind, ranks in record["process_groups"].items():
                 mine = [g for g in groups[kind] if record["rank"] in g]
                 assert mine == [tuple(ranks)], f"{layout} rank {record['rank']} {kind}"
@@ -117,7 +137,7 @@ def _delivered(results: list[dict], key: str, world: tuple) -> list[tuple]:
                 length = bounds[i + 1] - bounds[i]
                 start = padded[i]
                 assert padded[i + 1] - start >= length, key
-                tokens = packed["tokens"][start: start + length]
+                tokens = packed["tokens"][start : start + length]
                 seen.append((tokens[0] // 1_000_000 - 1, tokens[0] % 1_000_000 // 1000, tokens))
     return seen
 
@@ -125,8 +145,9 @@ def _delivered(results: list[dict], key: str, world: tuple) -> list[tuple]:
 @pytest.mark.timeout(480)
 @pytest.mark.parametrize("layout", cases.RANDOM_LAYOUTS, ids=lambda x: x[0])
 @pytest.mark.parametrize("scheduler", cases.RANDOM_SCHEDULERS)
-def test_random_batches_delivered_exactly_once(results: list[dict], layout: tuple,
-                                                scheduler: str) -> None:
+def test_random_batches_delivered_exactly_once(
+    results: list[dict], layout: tuple, scheduler: str
+) -> None:
     name, tp, cp, dp, pp, vpp, group, _ = layout
     key = f"{name}/{scheduler}"
     world = tp * cp * dp * pp
@@ -155,8 +176,10 @@ def _check_cp_slice(results: list[dict], key: str, rank: int, world: int, sizes:
     tp, cp, pp = sizes
     coords = rank_coordinates(rank, world, tp, cp, pp)
     source = rank - coords.cp * tp - coords.tp
-    for mine, packed_mb in zip(results[rank]["random"][key]["stages"][0]["microbatches"],
-                               results[source]["random"][key]["stages"][0]["microbatches"]):
+    for mine, packed_mb in zip(
+        results[rank]["random"][key]["stages"][0]["microbatches"],
+        results[source]["random"][key]["stages"][0]["microbatches"],
+    ):
         packed = packed_mb["packed"]
         padded = torch.tensor(packed["cu_seqlens_padded"], dtype=torch.int32)
         index = thd_partitioned_indices(padded, int(padded[-1]), cp, coords.cp).tolist()

@@ -15,8 +15,9 @@ from tests.packing import _cases as cases
 from tokenloom.errors import ConfigError, PackingError, TokenloomError
 from tokenloom.packing import BalancedCPScheduler, DpBalancedScheduler, thd_partitioned_indices
 
-pytestmark = pytest.mark.skipif(bool(cases.golden_missing_reason()),
-                                reason=cases.golden_missing_reason() or "golden present")
+pytestmark = pytest.mark.skipif(
+    bool(cases.golden_missing_reason()), reason=cases.golden_missing_reason() or "golden present"
+)
 
 
 def _golden(name: str) -> list[dict]:
@@ -56,8 +57,12 @@ def test_balanced_cp_scheduler_golden(case: dict) -> None:
 
 @pytest.mark.parametrize("case", DPB, ids=[c["id"] for c in DPB])
 def test_dp_balanced_scheduler_golden(case: dict) -> None:
-    args = (case["max_seqlen_per_dp_cp_rank"], case["cp_size"], case["dp_size"],
-            case["microbatch_group_size_per_vp_stage"])
+    args = (
+        case["max_seqlen_per_dp_cp_rank"],
+        case["cp_size"],
+        case["dp_size"],
+        case["microbatch_group_size_per_vp_stage"],
+    )
     items = [tuple(x) for x in case["sample_id_seqlens"]]
     if case.get("error") == "ZeroDivisionError":
         with pytest.raises(ConfigError, match="positive int"):
@@ -81,13 +86,15 @@ def test_thd_partition_golden(case: dict) -> None:
     bounds = torch.tensor(case["cu_seqlens_padded"], dtype=dtype)
     if "error" in case:
         with pytest.raises(TokenloomError):
-            thd_partitioned_indices(bounds, case["total_tokens"], case["cp_size"],
-                                    case.get("cp_rank", 0))
+            thd_partitioned_indices(
+                bounds, case["total_tokens"], case["cp_size"], case.get("cp_rank", 0)
+            )
         return
     covered: list[int] = []
     for rank in case["per_rank"]:
-        index = thd_partitioned_indices(bounds, case["total_tokens"], case["cp_size"],
-                                        rank["cp_rank"])
+        index = thd_partitioned_indices(
+            bounds, case["total_tokens"], case["cp_size"], rank["cp_rank"]
+        )
         assert index.dtype == torch.int32
         assert index.tolist() == rank["index"]
         covered += index.tolist()

@@ -28,9 +28,12 @@ from tokenloom.packing._comm import Route
 
 ONE = SingleRankGroup()
 PG = ProcessGroupCollection(tp=ONE, cp=ONE, dp=ONE, dp_cp=ONE, pp=ONE)
-CONFIG = SimpleNamespace(max_seqlen_per_dp_cp_rank=64, microbatch_group_size_per_vp_stage=1,
-                         virtual_pipeline_model_parallel_size=None,
-                         sequence_packing_scheduler="dp_balanced")
+CONFIG = SimpleNamespace(
+    max_seqlen_per_dp_cp_rank=64,
+    microbatch_group_size_per_vp_stage=1,
+    virtual_pipeline_model_parallel_size=None,
+    sequence_packing_scheduler="dp_balanced",
+)
 
 
 def _items() -> list:
@@ -46,8 +49,9 @@ def test_single_process_pipeline_round_trips_tokens(scheduler: str) -> None:
     assert (total, squares) == (float(sum(lengths)), float(sum(n * n for n in lengths)))
     seen = []
     for _ in range(count):
-        tokens, labels, loss_mask, mask, positions, params, padding = \
+        tokens, labels, loss_mask, mask, positions, params, padding = (
             get_batch_on_this_rank_for_sequence_packing(it, pg_collection=PG)
+        )
         assert mask is None and params.qkv_format == "thd"
         assert tokens is not None and params.cu_seqlens_q_padded is not None
         assert labels is not None and loss_mask is not None and positions is not None
@@ -84,7 +88,8 @@ def test_balanced_cp_accepts_an_int_or_anything_with_size() -> None:
     items = [(0, 30), (1, 10), (2, 10), (3, 5)]
     by_int = BalancedCPScheduler(16, 4).get_groups_and_subsamples(items)
     by_object = BalancedCPScheduler(16, SimpleNamespace(size=lambda: 4)).get_groups_and_subsamples(
-        items)
+        items
+    )
     assert by_int == by_object
     with pytest.raises(ConfigError):
         BalancedCPScheduler(16, "four")
@@ -97,8 +102,9 @@ def test_batch_missing_a_required_key() -> None:
         wrap_data_iterator(iter(items), CONFIG, len(items), PG)
     with pytest.raises(PackingError, match="lacks the key"):
         get_batch_on_this_rank_for_sequence_packing(iter([{"cu_seqlens": 1}]), pg_collection=PG)
-    wrapper = HybridCPDataLoaderWrapper(iter([[{"tokens": torch.arange(4)}]]),
-                                        SimpleNamespace(max_seqlen_per_dp_cp_rank=8), PG)
+    wrapper = HybridCPDataLoaderWrapper(
+        iter([[{"tokens": torch.arange(4)}]]), SimpleNamespace(max_seqlen_per_dp_cp_rank=8), PG
+    )
     with pytest.raises(PackingError, match="no 'cu_seqlens'"):
         next(wrapper)
 
@@ -119,8 +125,9 @@ def test_other_bad_inputs() -> None:
     with pytest.raises(ConfigError, match="pg_collection is required"):
         wrap_data_iterator(iter([]), CONFIG, 1)
     with pytest.raises(ConfigError, match="not one of"):
-        wrap_data_iterator(iter([]), SimpleNamespace(**{**vars(CONFIG),
-                                                        "sequence_packing_scheduler": "x"}), 1, PG)
+        wrap_data_iterator(
+            iter([]), SimpleNamespace(**{**vars(CONFIG), "sequence_packing_scheduler": "x"}), 1, PG
+        )
     with pytest.raises(PackingError, match="ended after 2 of 9"):
         wrap_data_iterator(iter(_items()[:2]), CONFIG, 9, PG)
     with pytest.raises(ConfigError, match="needs a data iterator"):
@@ -128,8 +135,12 @@ def test_other_bad_inputs() -> None:
     with pytest.raises(ConfigError, match="positive int"):
         DpBalancedScheduler(0, 1, 1, None)
     with pytest.raises(ConfigError, match="list of 2"):
-        wrap_data_iterator(iter([]), SimpleNamespace(**{**vars(CONFIG),
-                           "virtual_pipeline_model_parallel_size": 2}), 1, PG)
+        wrap_data_iterator(
+            iter([]),
+            SimpleNamespace(**{**vars(CONFIG), "virtual_pipeline_model_parallel_size": 2}),
+            1,
+            PG,
+        )
 
 
 def test_thd_sequence_not_divisible_by_two_cp() -> None:
@@ -138,14 +149,16 @@ def test_thd_sequence_not_divisible_by_two_cp() -> None:
 
 
 def test_padding_mask_marks_padded_slots() -> None:
-    mask = thd_padding_mask(torch.tensor([0, 3, 5], dtype=torch.int32),
-                            torch.tensor([0, 4, 8], dtype=torch.int32))
+    mask = thd_padding_mask(
+        torch.tensor([0, 3, 5], dtype=torch.int32), torch.tensor([0, 4, 8], dtype=torch.int32)
+    )
     assert mask.tolist() == [False] * 3 + [True] + [False] * 2 + [True] * 2
 
 
 def test_packed_seq_params_seq_idx() -> None:
-    params = PackedSeqParams(qkv_format="thd", cu_seqlens_q=torch.tensor([0, 5, 7, 11]),
-                             total_tokens=16)
+    params = PackedSeqParams(
+        qkv_format="thd", cu_seqlens_q=torch.tensor([0, 5, 7, 11]), total_tokens=16
+    )
     assert params.seq_idx is not None
     assert params.seq_idx.tolist() == [[0] * 5 + [1] * 2 + [2] * 4 + [3] * 5]
     assert PackedSeqParams().seq_idx is None

@@ -14,20 +14,33 @@ builder = pytest.importorskip("tokenloom.builder")
 
 
 @pytest.mark.parametrize("kind", ["bytes", "hf", "sentencepiece"])
-def test_gpt_dataset_over_preprocessed_text(tmp_path, kind, hf_path, sentencepiece_path,
-                                            corpus_records):
-    spec = {"bytes": "bytes", "hf": f"hf:{hf_path}",
-            "sentencepiece": f"sentencepiece:{sentencepiece_path}"}[kind]
+def test_gpt_dataset_over_preprocessed_text(
+    tmp_path, kind, hf_path, sentencepiece_path, corpus_records
+):
+    spec = {
+        "bytes": "bytes",
+        "hf": f"hf:{hf_path}",
+        "sentencepiece": f"sentencepiece:{sentencepiece_path}",
+    }[kind]
     tokenizer = load_tokenizer(spec)
     path = write_jsonl(tmp_path / "in.jsonl", corpus_records)
     summary = preprocess(str(path), str(tmp_path / "c"), tokenizer, append_eod=True)
     prefix = summary.outputs["text"].path_prefix
     config = datasets.GPTDatasetConfig(
-        random_seed=7, sequence_length=32, blend=([prefix], None), split="100,0,0",
-        path_to_cache=str(tmp_path / "cache"), tokenizer=tokenizer, reset_position_ids=True,
-        reset_attention_mask=False, eod_mask_loss=True, create_attention_mask=False)
+        random_seed=7,
+        sequence_length=32,
+        blend=([prefix], None),
+        split="100,0,0",
+        path_to_cache=str(tmp_path / "cache"),
+        tokenizer=tokenizer,
+        reset_position_ids=True,
+        reset_attention_mask=False,
+        eod_mask_loss=True,
+        create_attention_mask=False,
+    )
     train, valid, test = builder.BlendedMegatronDatasetBuilder(
-        datasets.GPTDataset, [50, None, None], lambda: True, config).build()
+        datasets.GPTDataset, [50, None, None], lambda: True, config
+    ).build()
     assert valid is None and test is None and len(train) >= 50
     eod_seen = False
     for index in range(len(train)):

@@ -39,7 +39,7 @@ def test_chunks_hold_whole_lines_and_know_their_line_numbers(tmp_path, corpus_re
         for chunk in iter_file_chunks(str(path), chunk_bytes):
             assert chunk.data == b"" or chunk.data.endswith(b"\n")
             got = chunk.data.split(b"\n")[:-1]
-            assert got == lines[chunk.first_line - 1: chunk.first_line - 1 + len(got)]
+            assert got == lines[chunk.first_line - 1 : chunk.first_line - 1 + len(got)]
             seen.extend(got)
         assert seen == lines
 
@@ -59,15 +59,19 @@ def test_globs_and_lists(tmp_path, corpus_records):
     found = expand_inputs([str(tmp_path / "*.jsonl"), str(tmp_path / "**" / "*.gz")])
     assert [os.path.relpath(p, tmp_path) for p in found] == ["a.jsonl", "b.jsonl", "sub/c.jsonl.gz"]
     assert expand_inputs([str(tmp_path / "a.jsonl"), str(tmp_path / "a.jsonl")]) == [
-        str(tmp_path / "a.jsonl")]
+        str(tmp_path / "a.jsonl")
+    ]
     assert len(list(iter_chunks(found))) == 3
 
 
-@pytest.mark.parametrize("pattern, message", [
-    ("*.nothing", "matches no files"),
-    ("missing.jsonl", "no such file"),
-    (".", "is a directory"),
-])
+@pytest.mark.parametrize(
+    "pattern, message",
+    [
+        ("*.nothing", "matches no files"),
+        ("missing.jsonl", "no such file"),
+        (".", "is a directory"),
+    ],
+)
 def test_bad_inputs(tmp_path, pattern, message):
     with pytest.raises(PreprocessError, match=message):
         expand_inputs([str(tmp_path / pattern)])
@@ -77,12 +81,13 @@ def test_bad_inputs(tmp_path, pattern, message):
 
 @pytest.mark.parametrize("compression", ["gzip", "zstd", "bzip2", "xz"])
 @pytest.mark.parametrize("keep", [0.3, 0.5, 0.97])
-def test_truncated_compressed_input_fails_naming_the_file(tmp_path, corpus_records, compression,
-                                                          keep):
+def test_truncated_compressed_input_fails_naming_the_file(
+    tmp_path, corpus_records, compression, keep
+):
     """Cut anywhere (mid-line too): 'truncated', never 'malformed JSON' nor a short dataset."""
     path = write_jsonl(tmp_path / f"d.{compression}", corpus_records, compression)
     data = path.read_bytes()
-    path.write_bytes(data[:int(len(data) * keep)])
+    path.write_bytes(data[: int(len(data) * keep)])
     with pytest.raises(PreprocessError, match=rf"d\.{compression}: .*truncated") as caught:
         preprocess(str(path), str(tmp_path / "out"), "bytes", show_progress=False)
     assert "malformed" not in str(caught.value)
@@ -92,8 +97,10 @@ def test_truncated_compressed_input_fails_naming_the_file(tmp_path, corpus_recor
 def test_concatenated_zstd_frames_are_all_read(tmp_path, corpus_records):
     whole = b"".join(json.dumps(r).encode() + b"\n" for r in corpus_records)
     half = len(corpus_records) // 2
-    parts = [b"".join(json.dumps(r).encode() + b"\n" for r in records)
-             for records in (corpus_records[:half], corpus_records[half:])]
+    parts = [
+        b"".join(json.dumps(r).encode() + b"\n" for r in records)
+        for records in (corpus_records[:half], corpus_records[half:])
+    ]
     path = tmp_path / "two.zst"
     path.write_bytes(compress(parts[0], "zstd") + compress(parts[1], "zstd"))
     assert b"".join(chunk.data for chunk in iter_file_chunks(str(path), 4096)) == whole
@@ -102,7 +109,7 @@ def test_concatenated_zstd_frames_are_all_read(tmp_path, corpus_records):
 def test_corrupt_zstd_is_a_clear_error(tmp_path, corpus_records):
     path = write_jsonl(tmp_path / "d.jsonl.zst", corpus_records, "zstd")
     data = bytearray(path.read_bytes())
-    data[len(data) // 2: len(data) // 2 + 64] = b"\xff" * 64
+    data[len(data) // 2 : len(data) // 2 + 64] = b"\xff" * 64
     path.write_bytes(bytes(data))
     with pytest.raises(PreprocessError, match=r"cannot decompress \(zstd\)"):
         list(iter_file_chunks(str(path)))

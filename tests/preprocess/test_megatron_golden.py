@@ -18,8 +18,9 @@ import pytest
 
 from tokenloom.cli.main import main
 
-GOLDEN = (Path(__file__).resolve().parents[2] / ".." / "shared" / "golden"
-          / "megatron-preprocess").resolve()
+GOLDEN = (
+    Path(__file__).resolve().parents[2] / ".." / "shared" / "golden" / "megatron-preprocess"
+).resolve()
 _MISSING = f"Megatron preprocess golden set not found at {GOLDEN} (../shared/golden)"
 
 
@@ -81,39 +82,78 @@ def test_megatron_command_line_gives_megatron_bytes(workdir, case, capsys):
 
 
 @requires_golden
-@pytest.mark.parametrize("extra, twin", [
-    (["--tokenizer-hf-no-include-special-tokens"], "case_13"),  # core_v0.16.1's default
-    (["--tokenizer-hf-include-special-tokens"], "case_05"),
-    (["--legacy-tokenizer"], "case_05"),
-])
+@pytest.mark.parametrize(
+    "extra, twin",
+    [
+        (["--tokenizer-hf-no-include-special-tokens"], "case_13"),  # core_v0.16.1's default
+        (["--tokenizer-hf-include-special-tokens"], "case_05"),
+        (["--legacy-tokenizer"], "case_05"),
+    ],
+)
 def test_core_v0_16_1_hf_defaults_are_one_flag_away(workdir, extra, twin):
-    flags = ["--input", "inputs/corpus.jsonl", "--output-prefix", "outputs/x",
-             "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "tokenizers/hf_bos",
-             "--append-eod", "--workers", "1", "--no-progress", *extra]
+    flags = [
+        "--input",
+        "inputs/corpus.jsonl",
+        "--output-prefix",
+        "outputs/x",
+        "--tokenizer-type",
+        "HuggingFaceTokenizer",
+        "--tokenizer-model",
+        "tokenizers/hf_bos",
+        "--append-eod",
+        "--workers",
+        "1",
+        "--no-progress",
+        *extra,
+    ]
     assert main(["preprocess", *flags]) == 0
     for ext in ("bin", "idx"):
-        assert _same(workdir / "outputs" / f"x_text_document.{ext}",
-                     GOLDEN / "outputs" / f"{twin}_text_document.{ext}")
+        assert _same(
+            workdir / "outputs" / f"x_text_document.{ext}",
+            GOLDEN / "outputs" / f"{twin}_text_document.{ext}",
+        )
 
 
 @requires_golden
 def test_spec_form_gives_the_same_bytes_as_megatron_form(workdir):
     """tokenloom's --tokenizer form, with its defaults, writes case_05's bytes (BOS kept)."""
-    flags = ["--input", "inputs/corpus.jsonl", "--output-prefix", "outputs/spec",
-             "--tokenizer", "hf:tokenizers/hf_bos", "--append-eod", "--no-progress"]
+    flags = [
+        "--input",
+        "inputs/corpus.jsonl",
+        "--output-prefix",
+        "outputs/spec",
+        "--tokenizer",
+        "hf:tokenizers/hf_bos",
+        "--append-eod",
+        "--no-progress",
+    ]
     assert main(["preprocess", *flags]) == 0
     for ext in ("bin", "idx"):
-        assert _same(workdir / "outputs" / f"spec_text_document.{ext}",
-                     GOLDEN / "outputs" / f"case_05_text_document.{ext}")
+        assert _same(
+            workdir / "outputs" / f"spec_text_document.{ext}",
+            GOLDEN / "outputs" / f"case_05_text_document.{ext}",
+        )
 
 
 @requires_golden
 def test_policy_flags_make_megatron_error_cases_run(workdir, capsys):
     """The safe superset: where Megatron hangs, a policy flag skips and counts."""
-    flags = ["--input", "inputs/corpus_blank_line.jsonl", "--output-prefix", "outputs/b",
-             "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
-             "tokenizers/hf_plain", "--append-eod", "--workers", "1", "--no-progress",
-             "--on-blank-line", "skip"]
+    flags = [
+        "--input",
+        "inputs/corpus_blank_line.jsonl",
+        "--output-prefix",
+        "outputs/b",
+        "--tokenizer-type",
+        "HuggingFaceTokenizer",
+        "--tokenizer-model",
+        "tokenizers/hf_plain",
+        "--append-eod",
+        "--workers",
+        "1",
+        "--no-progress",
+        "--on-blank-line",
+        "skip",
+    ]
     assert main(["preprocess", *flags]) == 0
     out = capsys.readouterr().out
     assert "--on-blank-line skip (Megatron stops)" in out.splitlines()[0]

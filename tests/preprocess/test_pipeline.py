@@ -19,8 +19,12 @@ KINDS = ["bytes", "hf", "tiktoken", "sentencepiece"]
 
 @pytest.fixture
 def spec(request, hf_path, tiktoken_path, sentencepiece_path) -> str:
-    return {"bytes": "bytes", "hf": f"hf:{hf_path}", "tiktoken": f"tiktoken:{tiktoken_path}",
-            "sentencepiece": f"sentencepiece:{sentencepiece_path}"}[request.param]
+    return {
+        "bytes": "bytes",
+        "hf": f"hf:{hf_path}",
+        "tiktoken": f"tiktoken:{tiktoken_path}",
+        "sentencepiece": f"sentencepiece:{sentencepiece_path}",
+    }[request.param]
 
 
 def _listing(folder) -> list:
@@ -37,8 +41,9 @@ def read_documents(prefix: str) -> list:
 @pytest.mark.parametrize("spec", KINDS, indirect=True)
 def test_round_trip_every_tokenizer(tmp_path, spec, corpus_records, real_texts):
     path = write_jsonl(tmp_path / "in.jsonl", corpus_records)
-    summary = preprocess(str(path), str(tmp_path / "out"), spec, append_eod=True,
-                         chunk_bytes=20_000)
+    summary = preprocess(
+        str(path), str(tmp_path / "out"), spec, append_eod=True, chunk_bytes=20_000
+    )
     tokenizer = load_tokenizer(spec)
     documents = read_documents(str(tmp_path / "out_text_document"))
     assert len(documents) == len(real_texts) == summary.documents
@@ -56,8 +61,9 @@ def test_every_compression_gives_the_same_output(tmp_path, corpus_records, compr
     summary = preprocess(str(packed), str(tmp_path / "b"), "bytes", append_eod=True)
     assert summary.disk_bytes == os.path.getsize(packed)
     for ext in (".bin", ".idx"):
-        assert filecmp.cmp(tmp_path / f"a_text_document{ext}", tmp_path / f"b_text_document{ext}",
-                           shallow=False)
+        assert filecmp.cmp(
+            tmp_path / f"a_text_document{ext}", tmp_path / f"b_text_document{ext}", shallow=False
+        )
 
 
 def test_globs_and_several_inputs_keep_their_order(tmp_path, corpus_records, real_texts):
@@ -73,8 +79,9 @@ def test_globs_and_several_inputs_keep_their_order(tmp_path, corpus_records, rea
 
 def test_one_output_per_key(tmp_path, hf_path, corpus_records, real_texts):
     path = write_jsonl(tmp_path / "in.jsonl", corpus_records)
-    summary = preprocess(str(path), str(tmp_path / "multi"), f"hf:{hf_path}",
-                         json_keys=["text", "title"])
+    summary = preprocess(
+        str(path), str(tmp_path / "multi"), f"hf:{hf_path}", json_keys=["text", "title"]
+    )
     tokenizer = load_tokenizer(hf_path)
     assert set(summary.outputs) == {"text", "title"}
     titles = [tokenizer.decode(d) for d in read_documents(str(tmp_path / "multi_title_document"))]
@@ -87,16 +94,33 @@ def test_one_output_per_key(tmp_path, hf_path, corpus_records, real_texts):
 @pytest.mark.parametrize("spec", ["hf", "tiktoken"], indirect=True)
 def test_two_workers_write_the_same_bytes_as_one(tmp_path, spec, corpus_records):
     path = write_jsonl(tmp_path / "in.jsonl", corpus_records * 3)
-    one = preprocess(str(path), str(tmp_path / "w1"), spec, json_keys=["text", "title"],
-                     append_eod=True, workers=1, chunk_bytes=3000)
-    two = preprocess(str(path), str(tmp_path / "w2"), spec, json_keys=["text", "title"],
-                     append_eod=True, workers=2, chunk_bytes=3000)
+    one = preprocess(
+        str(path),
+        str(tmp_path / "w1"),
+        spec,
+        json_keys=["text", "title"],
+        append_eod=True,
+        workers=1,
+        chunk_bytes=3000,
+    )
+    two = preprocess(
+        str(path),
+        str(tmp_path / "w2"),
+        spec,
+        json_keys=["text", "title"],
+        append_eod=True,
+        workers=2,
+        chunk_bytes=3000,
+    )
     assert (one.documents, one.tokens) == (two.documents, two.tokens)
     assert two.worker_cpu_seconds > 0
     for key in ("text", "title"):
         for ext in (".bin", ".idx"):
-            assert filecmp.cmp(tmp_path / f"w1_{key}_document{ext}",
-                               tmp_path / f"w2_{key}_document{ext}", shallow=False)
+            assert filecmp.cmp(
+                tmp_path / f"w1_{key}_document{ext}",
+                tmp_path / f"w2_{key}_document{ext}",
+                shallow=False,
+            )
 
 
 def test_dtype_follows_the_vocabulary(tmp_path, corpus_records):
@@ -108,8 +132,9 @@ def test_dtype_follows_the_vocabulary(tmp_path, corpus_records):
     ranks.update({pair: 256 + i for i, pair in enumerate(pairs)})
     write_tiktoken_file(ranks, str(tmp_path / "big.tiktoken"))
     path = write_jsonl(tmp_path / "in.jsonl", corpus_records[:4])
-    big = preprocess(str(path), str(tmp_path / "big"), f"tiktoken:{tmp_path / 'big.tiktoken'}",
-                     append_eod=True)
+    big = preprocess(
+        str(path), str(tmp_path / "big"), f"tiktoken:{tmp_path / 'big.tiktoken'}", append_eod=True
+    )
     small = preprocess(str(path), str(tmp_path / "small"), "bytes", append_eod=True)
     assert (big.dtype, small.dtype) == ("int32", "uint16")
     with IndexedDataset(str(tmp_path / "big_text_document")) as dataset:
@@ -128,11 +153,15 @@ def test_empty_documents_policy(tmp_path):
         assert [dataset[i].tolist() for i in range(len(dataset))] == [[97, 256], [98, 256]]
     assert kept.documents == 3 and kept.skipped_total == 0
     assert kept.outputs["text"].empty_documents == 1
-    skipped = preprocess(str(path), str(tmp_path / "s"), "bytes", append_eod=True,
-                         policy=Policy(on_empty="skip"))
+    skipped = preprocess(
+        str(path), str(tmp_path / "s"), "bytes", append_eod=True, policy=Policy(on_empty="skip")
+    )
     assert skipped.documents == 2 and skipped.skipped == {("empty", "text"): 1}
-    with pytest.raises(PreprocessError, match=r"in.jsonl:2: the document under key 'text' is "
-                                              r"empty.*--on-empty keep"):
+    with pytest.raises(
+        PreprocessError,
+        match=r"in.jsonl:2: the document under key 'text' is "
+        r"empty.*--on-empty keep",
+    ):
         preprocess(str(path), str(tmp_path / "f"), "bytes", policy=Policy(on_empty="fail"))
 
 
@@ -145,24 +174,28 @@ def test_failure_publishes_nothing_and_keeps_old_outputs(tmp_path, corpus_record
     for workers in (1, 2):
         for prefix in ("out", "new"):
             with pytest.raises(PreprocessError, match=rf"bad.jsonl:{bad_line}: malformed JSON"):
-                preprocess(str(bad), str(tmp_path / prefix), "bytes", workers=workers,
-                           chunk_bytes=2000)
+                preprocess(
+                    str(bad), str(tmp_path / prefix), "bytes", workers=workers, chunk_bytes=2000
+                )
     after = {ext: (tmp_path / f"out_text_document{ext}").read_bytes() for ext in (".bin", ".idx")}
     assert after == before
     sidecar = ["out_text_document.json"] if (tmp_path / "out_text_document.json").exists() else []
-    assert sorted(_listing(tmp_path)) == sorted(["bad.jsonl", "good.jsonl", "out_text_document.bin",
-                                                 "out_text_document.idx"] + sidecar)
+    assert sorted(_listing(tmp_path)) == sorted(
+        ["bad.jsonl", "good.jsonl", "out_text_document.bin", "out_text_document.idx"] + sidecar
+    )
 
 
 def test_skip_policies_are_reported(tmp_path):
-    lines = ['{"text": "ok"}', '{broken', '{"other": 1}', '{"text": 5}', "", '{"text": "fine"}']
+    lines = ['{"text": "ok"}', "{broken", '{"other": 1}', '{"text": 5}', "", '{"text": "fine"}']
     path = write_jsonl(tmp_path / "in.jsonl", lines)
     policy = Policy(on_bad_json="skip", on_missing_key="skip", on_bad_type="skip")
     summary = preprocess(str(path), str(tmp_path / "o"), "bytes", policy=policy, workers=2)
     assert summary.documents == 2 and summary.line_count == 6 and summary.blank_lines == 1
     report = "\n".join(summary.lines())
-    assert ("skipped: 1 malformed JSON line, 1 record without key 'text', "
-            "1 non-string value of 'text', 1 blank line") in report
+    assert (
+        "skipped: 1 malformed JSON line, 1 record without key 'text', "
+        "1 non-string value of 'text', 1 blank line"
+    ) in report
     assert report.splitlines()[-1].startswith("done: 2 documents, 6 tokens from 6 lines in 1 file")
     assert "MB/s" in report and "tokens/s" in report
 
@@ -189,11 +222,14 @@ def test_append_eod_needs_an_eod(tmp_path, real_texts):
     assert preprocess(str(path), str(tmp_path / "o"), plain).documents == 1
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"json_keys": []}, "no --json-keys"),
-    ({"json_keys": ["text", "text"]}, "distinct"),
-    ({"workers": 0}, "--workers 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"json_keys": []}, "no --json-keys"),
+        ({"json_keys": ["text", "text"]}, "distinct"),
+        ({"workers": 0}, "--workers 0"),
+    ],
+)
 def test_argument_errors(tmp_path, kwargs, message):
     path = write_jsonl(tmp_path / "in.jsonl", [{"text": "a"}])
     with pytest.raises(PreprocessError, match=message):
@@ -211,8 +247,9 @@ def test_output_is_readable_by_megatron_layout(tmp_path, corpus_records):
         builder.end_document()
     builder.finalize(get_idx_path(str(tmp_path / "ref")))
     for ext in (".bin", ".idx"):
-        assert filecmp.cmp(tmp_path / f"p_text_document{ext}", tmp_path / f"ref{ext}",
-                           shallow=False)
+        assert filecmp.cmp(
+            tmp_path / f"p_text_document{ext}", tmp_path / f"ref{ext}", shallow=False
+        )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -223,10 +260,19 @@ def test_the_first_error_in_input_order_is_reported(tmp_path, workers):
     records = [{"text": "a"}, {"text": ""}, '{"text": "cut']
     path = write_jsonl(tmp_path / "in.jsonl", records)
     for _ in range(5):
-        with pytest.raises(PreprocessError, match=r"in.jsonl:2: the document under key 'text' "
-                                                  r"is empty"):
-            preprocess(str(path), str(tmp_path / "o"), "bytes", workers=workers, chunk_bytes=4,
-                       policy=Policy(on_empty="fail"))
+        with pytest.raises(
+            PreprocessError,
+            match=r"in.jsonl:2: the document under key 'text' "
+            r"is empty",
+        ):
+            preprocess(
+                str(path),
+                str(tmp_path / "o"),
+                "bytes",
+                workers=workers,
+                chunk_bytes=4,
+                policy=Policy(on_empty="fail"),
+            )
     assert sorted(_listing(tmp_path)) == ["in.jsonl"]
 
 
@@ -237,8 +283,11 @@ def test_chunking_does_not_change_the_output(tmp_path, spec, corpus_records):
     for name, chunk_bytes in (("small", 500), ("whole", 1 << 26)):
         preprocess(str(path), str(tmp_path / name), spec, append_eod=True, chunk_bytes=chunk_bytes)
     for ext in (".bin", ".idx"):
-        assert filecmp.cmp(tmp_path / f"small_text_document{ext}",
-                           tmp_path / f"whole_text_document{ext}", shallow=False)
+        assert filecmp.cmp(
+            tmp_path / f"small_text_document{ext}",
+            tmp_path / f"whole_text_document{ext}",
+            shallow=False,
+        )
 
 
 def test_chunks_are_balanced_over_workers():
@@ -257,10 +306,19 @@ def test_a_plain_protocol_tokenizer_works_too(tmp_path, corpus_records):
 
     path = write_jsonl(tmp_path / "in.jsonl", corpus_records[:30])
     for workers in (1, 2):
-        preprocess(str(path), str(tmp_path / f"p{workers}"), PlainTokenizer(), append_eod=True,
-                   workers=workers, chunk_bytes=2000)
+        preprocess(
+            str(path),
+            str(tmp_path / f"p{workers}"),
+            PlainTokenizer(),
+            append_eod=True,
+            workers=workers,
+            chunk_bytes=2000,
+        )
     preprocess(str(path), str(tmp_path / "b"), "bytes", append_eod=True)
     for name in ("p1", "p2"):
         for ext in (".bin", ".idx"):
-            assert filecmp.cmp(tmp_path / f"{name}_text_document{ext}",
-                               tmp_path / f"b_text_document{ext}", shallow=False)
+            assert filecmp.cmp(
+                tmp_path / f"{name}_text_document{ext}",
+                tmp_path / f"b_text_document{ext}",
+                shallow=False,
+            )

@@ -22,10 +22,16 @@ def prose() -> list:
 
 def test_known_sentences():
     split = RuleSentenceSplitter()
-    text = ('Dr. Smith met Mr. J. R. Ewing, e.g. at 5 p.m. in the U.S. office! Was it fun? '
-            '"Yes," he said.\n\n1. First item\nThen more.')
-    assert split(text) == ["Dr. Smith met Mr. J. R. Ewing, e.g. at 5 p.m. in the U.S. office!",
-                           "Was it fun?", '"Yes," he said.', "1. First item\nThen more."]
+    text = (
+        "Dr. Smith met Mr. J. R. Ewing, e.g. at 5 p.m. in the U.S. office! Was it fun? "
+        '"Yes," he said.\n\n1. First item\nThen more.'
+    )
+    assert split(text) == [
+        "Dr. Smith met Mr. J. R. Ewing, e.g. at 5 p.m. in the U.S. office!",
+        "Was it fun?",
+        '"Yes," he said.',
+        "1. First item\nThen more.",
+    ]
 
 
 def test_real_text_keeps_every_character(prose):
@@ -46,7 +52,9 @@ def test_real_text_keeps_every_character(prose):
 def test_splitter_pickles_for_workers():
     split = RuleSentenceSplitter(keep_newlines=True)
     assert pickle.loads(pickle.dumps(split))("Alpha beta. Gamma delta.") == [
-        "Alpha beta. ", "Gamma delta."]
+        "Alpha beta. ",
+        "Gamma delta.",
+    ]
 
 
 def test_punkt_without_data_says_how_to_provide_it(tmp_path):

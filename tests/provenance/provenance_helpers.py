@@ -36,5 +36,6 @@ def hf_prefix(tmp_path_factory, real_texts, hf_path) -> str:  # noqa: F811
 @pytest.fixture(scope="session")
 def spm_prefix(tmp_path_factory, real_texts, sentencepiece_path) -> str:  # noqa: F811
     """The same texts made with the SentencePiece tokenizer."""
-    return build(tmp_path_factory.mktemp("spm_built"), real_texts,
-                 f"sentencepiece:{sentencepiece_path}")
+    return build(
+        tmp_path_factory.mktemp("spm_built"), real_texts, f"sentencepiece:{sentencepiece_path}"
+    )

@@ -52,7 +52,9 @@ def test_sidecar_records_tokenizer_settings_inputs_counts(hf_prefix, hf_path):
     assert source["sha256"] == _sha256(source["path"])
     header = read_index_header(hf_prefix + ".idx")
     counts = record["counts"]
-    assert counts["documents"] == header.num_documents and counts["sequences"] == header.sequence_count
+    assert (
+        counts["documents"] == header.num_documents and counts["sequences"] == header.sequence_count
+    )
     with IndexedDataset(hf_prefix) as dataset:
         assert counts["tokens"] == int(dataset.sequence_lengths.sum())
     assert counts["bin_bytes"] == os.path.getsize(hf_prefix + ".bin") == 2 * counts["tokens"]
@@ -61,8 +63,14 @@ def test_sidecar_records_tokenizer_settings_inputs_counts(hf_prefix, hf_path):
 
 def test_every_key_gets_its_own_sidecar(tmp_path, real_texts, sentencepiece_path):
     path = write_jsonl(tmp_path / "in.jsonl", real_texts[:6])
-    summary = preprocess(str(path), str(tmp_path / "o"), f"sentencepiece:{sentencepiece_path}",
-                         json_keys=("text", "title"), partitions=2, show_progress=False)
+    summary = preprocess(
+        str(path),
+        str(tmp_path / "o"),
+        f"sentencepiece:{sentencepiece_path}",
+        json_keys=("text", "title"),
+        partitions=2,
+        show_progress=False,
+    )
     for key in ("text", "title"):
         record = read_sidecar(str(tmp_path / f"o_{key}_document"))
         assert record["settings"]["json_key"] == key and record["settings"]["partitions"] == 2
@@ -129,18 +137,22 @@ def test_stale_sidecar_is_noticed(tmp_path, hf_prefix):
     builder.add_document(numpy.array([1, 2, 3]), [3])
     builder.finalize(prefix + ".idx")
     problems = stale_problems(prefix, read_sidecar(prefix))
-    assert any("records documents" in problem and "the pair has 1" in problem
-               for problem in problems)
+    assert any(
+        "records documents" in problem and "the pair has 1" in problem for problem in problems
+    )
     [(_, record)], notes = read_sidecars([prefix])
     assert record is None and notes and "stale sidecar ignored" in notes[0]
 
 
-PREPROCESS_GOLDEN = (Path(__file__).resolve().parents[2] / ".." / "shared" / "golden"
-                     / "megatron-preprocess").resolve()
+PREPROCESS_GOLDEN = (
+    Path(__file__).resolve().parents[2] / ".." / "shared" / "golden" / "megatron-preprocess"
+).resolve()
 
 
-@pytest.mark.skipif(not (PREPROCESS_GOLDEN / "manifest.json").is_file(),
-                    reason=f"Megatron preprocess golden set not found at {PREPROCESS_GOLDEN}")
+@pytest.mark.skipif(
+    not (PREPROCESS_GOLDEN / "manifest.json").is_file(),
+    reason=f"Megatron preprocess golden set not found at {PREPROCESS_GOLDEN}",
+)
 def test_pair_stays_megatrons_bytes_with_the_sidecar(tmp_path):
     """Megatron's case_01 (HF tokenizer whose post-processor adds <s>): the same bytes,
     and a sidecar whose counts agree with Megatron's output."""
@@ -148,8 +160,14 @@ def test_pair_stays_megatrons_bytes_with_the_sidecar(tmp_path):
     manifest = json.loads((root / "manifest.json").read_text())
     case = next(case for case in manifest["cases"] if case["id"] == "case_01")
     tokenizer = load_tokenizer(f"hf:{root / 'tokenizers' / 'hf_bos'}", add_special_tokens=True)
-    preprocess(str(root / case["input"]), str(tmp_path / "case"), tokenizer,
-               json_keys=case["json_keys"], append_eod=case["append_eod"], show_progress=False)
+    preprocess(
+        str(root / case["input"]),
+        str(tmp_path / "case"),
+        tokenizer,
+        json_keys=case["json_keys"],
+        append_eod=case["append_eod"],
+        show_progress=False,
+    )
     expected = case["outputs"]["text"]
     prefix = str(tmp_path / "case_text_document")
     assert _sha256(prefix + ".bin") == expected["bin_sha256"]
@@ -167,20 +185,29 @@ def test_inputs_of_other_containers(tmp_path, real_texts, hf_path):
 
     path = write_jsonl(tmp_path / "in.jsonl", real_texts[:4])
     size = os.path.getsize(path)
-    preprocess(FileRange(str(path), 0, size // 2), str(tmp_path / "r"), f"hf:{hf_path}",
-               show_progress=False)
+    preprocess(
+        FileRange(str(path), 0, size // 2),
+        str(tmp_path / "r"),
+        f"hf:{hf_path}",
+        show_progress=False,
+    )
     [entry] = read_sidecar(str(tmp_path / "r_text_document"))["inputs"]
     assert entry["kind"] == "file_range" and (entry["start"], entry["stop"]) == (0, size // 2)
     assert entry["sha256"] == hashlib.sha256(path.read_bytes()[: size // 2]).hexdigest()
     datasets = pytest.importorskip("datasets")
     dataset = datasets.Dataset.from_dict({"text": real_texts[:4]})
     dataset.save_to_disk(str(tmp_path / "saved"))
-    preprocess(HFDiskDataset(str(tmp_path / "saved")), str(tmp_path / "d"), f"hf:{hf_path}",
-               show_progress=False)
+    preprocess(
+        HFDiskDataset(str(tmp_path / "saved")),
+        str(tmp_path / "d"),
+        f"hf:{hf_path}",
+        show_progress=False,
+    )
     [entry] = read_sidecar(str(tmp_path / "d_text_document"))["inputs"]
     assert entry["kind"] == "hf_disk_dataset" and entry["bytes"] > 0 and len(entry["sha256"]) == 64
     loaded = datasets.load_from_disk(str(tmp_path / "saved"))
     preprocess(loaded, str(tmp_path / "m"), f"hf:{hf_path}", show_progress=False)
     entries = read_sidecar(str(tmp_path / "m_text_document"))["inputs"]
-    assert entries and all(e["kind"] == "hf_dataset_file" and e["path"].endswith(".arrow")
-                           for e in entries)
+    assert entries and all(
+        e["kind"] == "hf_dataset_file" and e["path"].endswith(".arrow") for e in entries
+    )

@@ -42,8 +42,14 @@ def ray_local() -> Iterator[Any]:
         ray.shutdown()
     cloudpickle.register_pickle_by_value(helpers)  # workers need not import tests/
     temp_dir = tempfile.mkdtemp(prefix="tlray-")  # short: Ray's socket paths are limited
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=False, configure_logging=False, _temp_dir=temp_dir)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        configure_logging=False,
+        _temp_dir=temp_dir,
+    )
     try:
         yield ray
     finally:

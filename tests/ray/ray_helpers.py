@@ -14,13 +14,21 @@ from typing import Any
 from tokenloom.format import IndexedDataset
 from tokenloom.preprocess import output_prefix_for, preprocess
 
-RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-           "TOKENIZERS_PARALLELISM": "false"}
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 SENTINEL = "FAULT-SENTINEL"
 
 
-def write_corpus(folder: Path, texts: Sequence[str], files: int = 3, gzip_last: bool = True,
-                 sentinel_at: int = -1) -> list[str]:
+def write_corpus(
+    folder: Path,
+    texts: Sequence[str],
+    files: int = 3,
+    gzip_last: bool = True,
+    sentinel_at: int = -1,
+) -> list[str]:
     """Real texts as JSONL records (``text`` and ``title``), spread over ``files`` files.
 
     The last file is gzip-compressed (cannot be cut into ranges); blank lines appear;
@@ -35,7 +43,7 @@ def write_corpus(folder: Path, texts: Sequence[str], files: int = 3, gzip_last: 
             records.append("")
     paths, per_file = [], -(-len(records) // files)
     for n in range(files):
-        data = "".join(line + "\n" for line in records[n * per_file:(n + 1) * per_file])
+        data = "".join(line + "\n" for line in records[n * per_file : (n + 1) * per_file])
         if gzip_last and n == files - 1:
             path = folder / f"part-{n}.jsonl.gz"
             path.write_bytes(gzip.compress(data.encode("utf-8"), mtime=0))
@@ -105,6 +113,26 @@ class CueTokenizer:
 
     def decode(self, ids: Any) -> str:
         return str(self.inner.decode(ids))
+
+
+class NodeCueTokenizer(CueTokenizer):
+    """A :class:`CueTokenizer` that touches ``cue_dir/<ray node id>`` before every batch.
+
+    A test waits until the file of one node was touched a moment ago: a shard is then
+    being tokenised on that node, so removing the node is sure to hit running work.
+    """
+
+    def __init__(self, inner: Any, cue_dir: str, delay: float) -> None:
+        super().__init__(inner, os.path.join(cue_dir, "unused"), delay=delay)
+        self.cue_dir = cue_dir
+
+    def encode_batch(self, texts: Sequence[str]) -> list:
+        import ray
+
+        cue = os.path.join(self.cue_dir, ray.get_runtime_context().get_node_id())
+        with open(cue, "a"):
+            os.utime(cue)
+        return super().encode_batch(texts)
 
 
 def processes_mentioning(text: str) -> list[int]:

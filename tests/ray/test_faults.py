@@ -20,7 +20,7 @@ import pytest
 import tests.ray.ray_helpers as helpers
 from tests.ray.ray_helpers import (
     RAY_ENV,
-    CueTokenizer,
+    NodeCueTokenizer,
     local_run,
     processes_mentioning,
     same_bytes,
@@ -57,20 +57,39 @@ def _wait_for_markers(folder: Path, count: int, timeout: float, proc: Any = None
     pytest.fail(f"no {count} finished shards in {folder} after {timeout} s")
 
 
+def _wait_until_busy(cue: Path, timeout: float) -> None:
+    """Until ``cue`` was touched in the last 0.3 s: a shard is being tokenised on its node."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cue.exists() and time.time() - cue.stat().st_mtime < 0.3:
+            return
+        time.sleep(0.01)
+    seen = sorted(p.name for p in cue.parent.iterdir())
+    pytest.fail(f"no shard ran on the node {cue.name} within {timeout} s (cues: {seen})")
+
+
 @pytest.mark.timeout(240)
-def test_node_lost_mid_run_gives_the_local_bytes(tmp_path: Path, short_tmp: str,
-                                                 hf_tokenizer: Any, real_texts: list,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_node_lost_mid_run_gives_the_local_bytes(
+    tmp_path: Path,
+    short_tmp: str,
+    hf_tokenizer: Any,
+    real_texts: list,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
     from ray import cloudpickle
 
     paths = write_corpus(tmp_path / "in", real_texts * 2, files=2, gzip_last=False)
-    slow = CueTokenizer(hf_tokenizer, str(tmp_path / "unused"), delay=0.15)
+    cues = tmp_path / "cues"
+    cues.mkdir()
+    slow = NodeCueTokenizer(hf_tokenizer, str(cues), delay=0.15)
     monkeypatch.setenv("RAY_TMPDIR", short_tmp)
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1"},
+    )
     cloudpickle.register_pickle_by_value(helpers)
     try:
         worker = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
@@ -79,15 +98,21 @@ def test_node_lost_mid_run_gives_the_local_bytes(tmp_path: Path, short_tmp: str,
 
         def run() -> None:
             try:
-                result["summary"] = preprocess_ray(paths, str(tmp_path / "out"), slow,
-                                                   num_shards=8, chunk_bytes=16384,
-                                                   show_progress=False)
+                result["summary"] = preprocess_ray(
+                    paths,
+                    str(tmp_path / "out"),
+                    slow,
+                    num_shards=8,
+                    chunk_bytes=16384,
+                    show_progress=False,
+                )
             except BaseException as error:  # reported by the main thread
                 result["error"] = error
 
         thread = threading.Thread(target=run)
         thread.start()
         _wait_for_markers(tmp_path / "out_shards", 2, timeout=120)
+        _wait_until_busy(cues / worker.node_id, timeout=20)
         cluster.remove_node(worker, allow_graceful=False)
         thread.join(timeout=180)
         assert not thread.is_alive() and "error" not in result, result.get("error")
@@ -122,17 +147,24 @@ print(json.dumps({{"reused": summary.reused, "shards": len(summary.shards)}}))
 
 def _driver(tmp_path: Path, ray_tmp: str, spec: str, paths: list, delay: float) -> Any:
     script = tmp_path / f"driver-{delay}.py"
-    script.write_text(_DRIVER.format(repo=str(REPO), spec=spec, paths=paths,
-                                     out=str(tmp_path / "out")))
+    script.write_text(
+        _DRIVER.format(repo=str(REPO), spec=spec, paths=paths, out=str(tmp_path / "out"))
+    )
     env = {**os.environ, **RAY_ENV, "RAY_TMPDIR": ray_tmp, "TL_TEST_DELAY": str(delay)}
-    return subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 @pytest.mark.timeout(360)
-def test_killed_driver_then_rerun_reuses_finished_shards(tmp_path: Path, short_tmp: str,
-                                                         hf_path: str, hf_tokenizer: Any,
-                                                         real_texts: list) -> None:
+def test_killed_driver_then_rerun_reuses_finished_shards(
+    tmp_path: Path, short_tmp: str, hf_path: str, hf_tokenizer: Any, real_texts: list
+) -> None:
     paths = write_corpus(tmp_path / "in", real_texts * 2, files=2, gzip_last=False)
     spec = f"hf:{hf_path}"
     first_tmp, second_tmp = os.path.join(short_tmp, "a"), os.path.join(short_tmp, "b")
@@ -154,8 +186,10 @@ def test_killed_driver_then_rerun_reuses_finished_shards(tmp_path: Path, short_t
     assert len(kept) <= report["reused"] < report["shards"]
     for name, (mtime, data) in kept.items():  # finished shards were not redone
         marker = tmp_path / "out_shards" / name
-        assert not marker.exists() or (marker.stat().st_mtime_ns, marker.read_bytes()) == \
-            (mtime, data)
+        assert not marker.exists() or (marker.stat().st_mtime_ns, marker.read_bytes()) == (
+            mtime,
+            data,
+        )
     local_run(paths, str(tmp_path / "local"), hf_tokenizer)
     assert same_bytes(str(tmp_path / "local"), str(tmp_path / "out"))
     assert wait_for_no_processes(second_tmp, timeout=30) == []
@@ -164,15 +198,29 @@ def test_killed_driver_then_rerun_reuses_finished_shards(tmp_path: Path, short_t
 
 
 @pytest.mark.timeout(180)
-def test_cli_private_cluster_leaves_no_process_behind(tmp_path: Path, short_tmp: str,
-                                                      hf_path: str, hf_tokenizer: Any,
-                                                      real_texts: list) -> None:
+def test_cli_private_cluster_leaves_no_process_behind(
+    tmp_path: Path, short_tmp: str, hf_path: str, hf_tokenizer: Any, real_texts: list
+) -> None:
     paths = write_corpus(tmp_path / "in", real_texts, files=2)
     env = {**os.environ, **RAY_ENV, "RAY_TMPDIR": short_tmp}
-    command = [sys.executable, "-m", "tokenloom", "preprocess", "--engine", "ray",
-               "--num-shards", "3", "--input", *paths, "--output-prefix",
-               str(tmp_path / "out"), "--tokenizer", f"hf:{hf_path}", "--append-eod",
-               "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "tokenloom",
+        "preprocess",
+        "--engine",
+        "ray",
+        "--num-shards",
+        "3",
+        "--input",
+        *paths,
+        "--output-prefix",
+        str(tmp_path / "out"),
+        "--tokenizer",
+        f"hf:{hf_path}",
+        "--append-eod",
+        "--no-progress",
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stderr
     assert "0 of 3 shards reused" in done.stdout

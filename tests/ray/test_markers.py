@@ -76,12 +76,16 @@ def test_settings_fingerprint_sees_every_option_and_the_tokenizer() -> None:
     base = settings_fingerprint(_Tok(100), {"json_keys": ("text",), "policy": Policy()})
     assert base == settings_fingerprint(_Tok(100), {"policy": Policy(), "json_keys": ("text",)})
     assert base != settings_fingerprint(_Tok(101), {"json_keys": ("text",), "policy": Policy()})
-    assert base != settings_fingerprint(_Tok(100), {"json_keys": ("text",),
-                                                    "policy": Policy(on_bad_json="skip")})
-    assert base != settings_fingerprint(_Tok(100), {"json_keys": ("text",), "policy": Policy(),
-                                                    "append_eod": True})
-    assert base == settings_fingerprint(_Tok(100), {"json_keys": ("text",), "policy": Policy(),
-                                                    "workers": 4, "chunk_bytes": 1 << 16})
+    assert base != settings_fingerprint(
+        _Tok(100), {"json_keys": ("text",), "policy": Policy(on_bad_json="skip")}
+    )
+    assert base != settings_fingerprint(
+        _Tok(100), {"json_keys": ("text",), "policy": Policy(), "append_eod": True}
+    )
+    assert base == settings_fingerprint(
+        _Tok(100),
+        {"json_keys": ("text",), "policy": Policy(), "workers": 4, "chunk_bytes": 1 << 16},
+    )
 
 
 def _marked_shard(tmp_path: Path):
@@ -98,8 +102,10 @@ def _marked_shard(tmp_path: Path):
 
 def test_marker_is_reused_only_when_everything_matches(tmp_path: Path) -> None:
     source, shard, workdir, prefix = _marked_shard(tmp_path)
-    assert reusable_marker(str(workdir), shard, "S", ["text"])["counts"]["outputs"]["text"] == \
-        {"documents": 1, "tokens": 3}
+    assert reusable_marker(str(workdir), shard, "S", ["text"])["counts"]["outputs"]["text"] == {
+        "documents": 1,
+        "tokens": 3,
+    }
     assert reusable_marker(str(workdir), shard, "other settings", ["text"]) is None
     assert reusable_marker(str(workdir), shard, "S", ["text", "title"]) is None
     with open(source, "a") as handle:  # the input grew: the plan's identity differs
@@ -121,6 +127,8 @@ def test_file_checksum_names_its_algorithm(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"abc")
     assert file_checksum(str(path), "blake2b").startswith("blake2b:")
-    assert file_checksum(str(path)) == file_checksum(str(path), file_checksum(str(path)).split(":")[0])
+    assert file_checksum(str(path)) == file_checksum(
+        str(path), file_checksum(str(path)).split(":")[0]
+    )
     with pytest.raises(ValueError, match="not available"):
         file_checksum(str(path), "md4")

@@ -30,7 +30,7 @@ def _check_cover(shards: list, paths: list) -> None:
     for piece in pieces:
         assert piece.start == position[piece.path], "pieces must be contiguous and in order"
         data = Path(piece.path).read_bytes()
-        assert piece.start == 0 or data[piece.start - 1:piece.start] == b"\n"
+        assert piece.start == 0 or data[piece.start - 1 : piece.start] == b"\n"
         position[piece.path] = piece.end
         if not seen or seen[-1] != piece.path:
             seen.append(piece.path)
@@ -76,12 +76,16 @@ def test_a_line_longer_than_a_shard_is_never_cut(tmp_path: Path) -> None:
     assert starts == [0, 11 + 5001]  # every cut target inside the long line moves past it
 
 
-
 @settings(max_examples=40, deadline=None)
-@given(lengths=st.lists(st.integers(0, 300), min_size=0, max_size=60),
-       files=st.integers(1, 3), count=st.integers(1, 20), final_newline=st.booleans())
-def test_any_input_is_tiled_in_order(tmp_path_factory, lengths, files, count,
-                                     final_newline) -> None:
+@given(
+    lengths=st.lists(st.integers(0, 300), min_size=0, max_size=60),
+    files=st.integers(1, 3),
+    count=st.integers(1, 20),
+    final_newline=st.booleans(),
+)
+def test_any_input_is_tiled_in_order(
+    tmp_path_factory, lengths, files, count, final_newline
+) -> None:
     folder = tmp_path_factory.mktemp("plan")
     paths = []
     for n in range(files):

@@ -9,8 +9,10 @@ import pytest
 
 from tokenloom.preprocess.ray_engine.processes import ray_descendants, stop_processes
 
-pytestmark = [pytest.mark.timeout(60),
-              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")]
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc"),
+]
 
 
 def _sleeper(tag: str) -> subprocess.Popen:

@@ -9,17 +9,31 @@ from tokenloom.preprocess.summary import OutputStats
 
 
 def _marker(index: int, docs: int, tokens: int, skipped: list) -> dict:
-    return {"shard": f"shard-{index:05d}-of-00020",
-            "counts": {"outputs": {"text": {"documents": docs, "tokens": tokens}},
-                       "line_count": docs + 1, "blank_lines": 1, "nbytes": 10, "disk_bytes": 10,
-                       "skipped": skipped, "dtype": "uint16", "seconds": 0.1 * (index + 1)}}
+    return {
+        "shard": f"shard-{index:05d}-of-00020",
+        "counts": {
+            "outputs": {"text": {"documents": docs, "tokens": tokens}},
+            "line_count": docs + 1,
+            "blank_lines": 1,
+            "nbytes": 10,
+            "disk_bytes": 10,
+            "skipped": skipped,
+            "dtype": "uint16",
+            "seconds": 0.1 * (index + 1),
+        },
+    }
 
 
 def test_summary_adds_shards_and_says_what_was_reused() -> None:
     summary = RaySummary(2, "", {"text": OutputStats("text", "out_text_document")})
     for index in range(20):
-        summary.add_shard(_marker(index, 3, 30, [["bad_json", "", 1]]), f"a.jsonl[{index}]",
-                          10, reused=index < 3, attempts=2 if index == 5 else 1)
+        summary.add_shard(
+            _marker(index, 3, 30, [["bad_json", "", 1]]),
+            f"a.jsonl[{index}]",
+            10,
+            reused=index < 3,
+            attempts=2 if index == 5 else 1,
+        )
     assert (summary.documents, summary.tokens, summary.blank_lines) == (60, 600, 20)
     assert summary.skipped[("bad_json", "")] == 20
     assert summary.reused == 3 and summary.retries == 1

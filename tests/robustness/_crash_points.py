@@ -12,10 +12,21 @@ import builtins
 import os
 import signal
 import traceback
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
-STEP_FUNCTIONS = ("open", "replace", "rename", "unlink", "remove", "fsync", "fchmod", "close",
-                  "mkdir", "makedirs")
+STEP_FUNCTIONS = (
+    "open",
+    "replace",
+    "rename",
+    "unlink",
+    "remove",
+    "fsync",
+    "fchmod",
+    "close",
+    "mkdir",
+    "makedirs",
+)
 _DONE, _FAILED = 0, 3
 
 
@@ -26,6 +37,7 @@ def _install(at_step: int, action: Callable[[], None], counter: list) -> None:
             if counter[0] == at_step:
                 action()
             return real(*args, **kwargs)
+
         return step
 
     for name in STEP_FUNCTIONS:
@@ -33,8 +45,9 @@ def _install(at_step: int, action: Callable[[], None], counter: list) -> None:
     builtins.open = wrap(builtins.open)
 
 
-def fork_at_step(fn: Callable[[], None], at_step: int, action: str,
-                 count_file: Optional[str] = None) -> int:
+def fork_at_step(
+    fn: Callable[[], None], at_step: int, action: str, count_file: Optional[str] = None
+) -> int:
     """Fork; the child runs ``fn`` and performs ``action`` ("kill" or "stop") just before
     its ``at_step``-th step (never, for 0).  Returns the child's pid.  With
     ``count_file`` the child writes how many steps it took there on success."""

@@ -49,9 +49,16 @@ def _corpus(folder: Path) -> str:
 
 def _dataset(prefix: str, cache: Path) -> GPTDataset:
     config = GPTDatasetConfig(
-        random_seed=1, sequence_length=SEQ, blend=([prefix], None), split="1",
-        tokenizer={"vocab_size": 1 << 16, "eod": 0}, path_to_cache=str(cache),
-        reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
+        random_seed=1,
+        sequence_length=SEQ,
+        blend=([prefix], None),
+        split="1",
+        tokenizer={"vocab_size": 1 << 16, "eod": 0},
+        path_to_cache=str(cache),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+    )
     low = GPTDataset.build_low_level_dataset(prefix, config)
     documents = numpy.arange(low.document_indices.shape[0] - 1, dtype=numpy.int32)
     return GPTDataset(low, prefix, documents, 60, Split.train, config)
@@ -71,10 +78,10 @@ def _named_by(dataset: GPTDataset, arrays: dict) -> list:
     out = []
     for k in arrays["shuffle_index"]:
         (d0, o0), (d1, o1) = rows[int(k)], rows[int(k) + 1]
-        docs = [int(d) for d in arrays["document_index"][int(d0):int(d1) + 1]]
+        docs = [int(d) for d in arrays["document_index"][int(d0) : int(d1) + 1]]
         parts = [low[d] for d in docs]
-        parts[-1] = parts[-1][:int(o1) + 1]
-        parts[0] = parts[0][int(o0):]
+        parts[-1] = parts[-1][: int(o1) + 1]
+        parts[0] = parts[0][int(o0) :]
         out.append(numpy.concatenate(parts)[:SEQ].tolist())
     return out
 
@@ -97,7 +104,8 @@ def _mutate(rng, kind: str, arrays: dict) -> tuple[str, bool]:
         rows[[j, (j + 1) % rows.shape[0]]] = rows[[(j + 1) % rows.shape[0], j]]
     elif kind == "shuffle-id":
         shuffle[int(rng.integers(0, shuffle.shape[0]))] = int(
-            rng.choice([rows.shape[0] - 1, rows.shape[0], 2**32 - 1]))
+            rng.choice([rows.shape[0] - 1, rows.shape[0], 2**32 - 1])
+        )
     elif kind == "shuffle-valid":
         rng.shuffle(shuffle)
         return kind, True
@@ -108,21 +116,35 @@ def _mutate(rng, kind: str, arrays: dict) -> tuple[str, bool]:
     elif kind == "shape":
         name = str(rng.choice(NAMES))
         array = arrays[name]
-        options = [array[:-1], array[:0], array.reshape(-1),
-                   numpy.concatenate([array, array[-1:]])]
+        options = [array[:-1], array[:0], array.reshape(-1), numpy.concatenate([array, array[-1:]])]
         arrays[name] = options[int(rng.integers(0, len(options)))]
     return kind, False
 
 
-MUTATIONS = ["doc-id", "doc-valid", "row-position", "row-offset", "row-order", "shuffle-id",
-             "shuffle-valid", "dtype", "shape", "header-shape", "header-count"]
+MUTATIONS = [
+    "doc-id",
+    "doc-valid",
+    "row-position",
+    "row-offset",
+    "row-order",
+    "shuffle-id",
+    "shuffle-valid",
+    "dtype",
+    "shape",
+    "header-shape",
+    "header-count",
+]
 
 
 def _craft(rng, pristine: Path, target: Path, key) -> tuple[str, bool, dict]:
     record, _ = header(pristine)
     with open(pristine, "rb") as handle:
-        arrays = {name: numpy.array(a) for name, a in entry.read_entry(
-            handle, str(pristine), key, NAMES, False, "checksum", record.get("checks")).items()}
+        arrays = {
+            name: numpy.array(a)
+            for name, a in entry.read_entry(
+                handle, str(pristine), key, NAMES, False, "checksum", record.get("checks")
+            ).items()
+        }
     kind = str(rng.choice(MUTATIONS))
     if kind.startswith("header"):  # the header lies; data and array CRCs untouched
         shutil.copy(pristine, target)

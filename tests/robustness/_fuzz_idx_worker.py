@@ -24,8 +24,16 @@ from tokenloom.errors import TokenloomError  # noqa: E402
 from tokenloom.format import IndexedDataset  # noqa: E402
 
 MAGIC, HEADER = b"MMIDIDX\x00\x00", struct.Struct("<9sQBQQ")
-CODES = {1: numpy.uint8, 2: numpy.int8, 3: numpy.int16, 4: numpy.int32, 5: numpy.int64,
-         6: numpy.float64, 7: numpy.float32, 8: numpy.uint16}
+CODES = {
+    1: numpy.uint8,
+    2: numpy.int8,
+    3: numpy.int16,
+    4: numpy.int32,
+    5: numpy.int64,
+    6: numpy.float64,
+    7: numpy.float32,
+    8: numpy.uint16,
+}
 
 
 def _arrays(rng):
@@ -50,10 +58,12 @@ def _mutate(rng, a):
         size = numpy.dtype(CODES[a["code"]]).itemsize
         if rng.random() < 0.5:  # consistent pointers for the new item size
             a["pointers"] = numpy.concatenate(
-                [[0], numpy.cumsum(a["lengths"][:-1].astype(numpy.int64) * size)])
+                [[0], numpy.cumsum(a["lengths"][:-1].astype(numpy.int64) * size)]
+            )
     elif kind == "documents":
         a["documents"][int(rng.integers(0, a["documents"].shape[0]))] = int(
-            rng.choice([-1, n + 1, 2**40, 0]))
+            rng.choice([-1, n + 1, 2**40, 0])
+        )
     elif kind == "reorder" and n > 2:
         a["documents"] = numpy.sort(rng.integers(0, n + 1, int(rng.integers(2, n + 2))))
         a["documents"][0], a["documents"][-1] = 0, n
@@ -67,8 +77,9 @@ MUTATIONS = ["length", "pointer", "overlap", "code", "documents", "reorder", "sh
 
 def _write_idx(path, a):
     with open(path, "wb") as handle:
-        handle.write(HEADER.pack(MAGIC, 1, a["code"], a["lengths"].shape[0],
-                                 a["documents"].shape[0]))
+        handle.write(
+            HEADER.pack(MAGIC, 1, a["code"], a["lengths"].shape[0], a["documents"].shape[0])
+        )
         for name in ("lengths", "pointers", "documents"):
             handle.write(a[name].tobytes())
 
@@ -79,10 +90,10 @@ def _check_reads(prefix, data: bytes):
         dtype = numpy.dtype(dataset.dtype)
         for i in range(len(dataset)):
             pointer, length = int(dataset.sequence_pointers[i]), int(dataset.sequence_lengths[i])
-            want = numpy.frombuffer(data[pointer:pointer + length * dtype.itemsize], dtype)
+            want = numpy.frombuffer(data[pointer : pointer + length * dtype.itemsize], dtype)
             if not numpy.array_equal(dataset[i], want) or want.shape[0] != length:
                 return f"sequence {i} differs from the bytes its pointer names"
-        if len(dataset) and len(dataset[0:len(dataset)]) != len(dataset):
+        if len(dataset) and len(dataset[0 : len(dataset)]) != len(dataset):
             return "slice of everything has the wrong length"
     return None
 
@@ -93,9 +104,16 @@ def _check_gpt(prefix, cache: Path):
 
     def build():
         config = GPTDatasetConfig(
-            random_seed=1, sequence_length=8, blend=([prefix], None), split="1",
-            tokenizer={"vocab_size": 1 << 16, "eod": 0}, path_to_cache=str(cache),
-            reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
+            random_seed=1,
+            sequence_length=8,
+            blend=([prefix], None),
+            split="1",
+            tokenizer={"vocab_size": 1 << 16, "eod": 0},
+            path_to_cache=str(cache),
+            reset_position_ids=False,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+        )
         low = GPTDataset.build_low_level_dataset(prefix, config)
         documents = numpy.arange(low.document_indices.shape[0] - 1, dtype=numpy.int32)
         dataset = GPTDataset(low, prefix, documents, 20, Split.train, config)

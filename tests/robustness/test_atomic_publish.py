@@ -31,8 +31,10 @@ def write(prefix, generation, lock_timeout=None):
 
 def state(prefix):
     """(documents, sidecar) as a reader sees them now; None when nothing was published."""
-    if not any(os.path.exists(path) for path in (f"{prefix}.idx", f"{prefix}.bin",
-                                                 publish.journal_path(prefix))):
+    if not any(
+        os.path.exists(path)
+        for path in (f"{prefix}.idx", f"{prefix}.bin", publish.journal_path(prefix))
+    ):
         return None
     with IndexedDataset(prefix) as dataset:
         documents = [dataset[i].tolist() for i in range(len(dataset))]
@@ -72,7 +74,10 @@ def test_kill_at_every_step_of_finalize_leaves_old_or_new(tmp_path, with_old):
     seen = set()
     for step in range(1, total + 1):
         prefix = _fresh(tmp_path / "d", with_old)
-        assert wait(fork_at_step(lambda prefix=prefix: write(prefix, NEW), step, "kill")) == -signal.SIGKILL
+        assert (
+            wait(fork_at_step(lambda prefix=prefix: write(prefix, NEW), step, "kill"))
+            == -signal.SIGKILL
+        )
         now = state(prefix)  # opening repairs an interrupted publish
         assert now in ((OLD if with_old else None), NEW), f"killed at step {step}: {now}"
         assert not os.path.exists(publish.journal_path(prefix))
@@ -99,7 +104,9 @@ def test_second_writer_or_reader_at_every_step_of_a_publish(tmp_path, monkeypatc
                 assert state(prefix) == OLD, f"reader mixed at step {step}"
             except PublishTimeoutError:
                 waited += 1
-            second = fork_at_step(lambda prefix=prefix: write(prefix, OTHER, lock_timeout=0.3), 0, "kill")
+            second = fork_at_step(
+                lambda prefix=prefix: write(prefix, OTHER, lock_timeout=0.3), 0, "kill"
+            )
             second_code = wait(second)
         finally:
             os.kill(first, signal.SIGCONT)

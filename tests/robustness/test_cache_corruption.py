@@ -17,9 +17,9 @@ from collections import OrderedDict
 
 import numpy
 import pytest
-
 from tests.support.cache_files import array_extent, header, rewrite_header
 from tests.support.dataset_files import small_config, write_corpus
+
 from tokenloom.cache import CacheKey, IndexCache, file_identity
 from tokenloom.datasets import GPTDataset, Split
 from tokenloom.errors import CacheError
@@ -43,22 +43,37 @@ def _edit_description(cache, key, edit):
     rewrite_header(path, record)
 
 
-@pytest.mark.parametrize("edit", [
-    lambda r: r.__setitem__("arrays", []),
-    lambda r: r.__setitem__("arrays", "x"),
-    lambda r: r["arrays"]["a"].pop("dtype"),
-    lambda r: r["arrays"]["a"].__setitem__("dtype", "no-such-dtype"),
-    lambda r: r["arrays"]["a"].__setitem__("shape", None),
-    lambda r: r["arrays"]["a"].__setitem__("nbytes", "many"),
-    lambda r: r["arrays"]["a"].__setitem__("crc32", "x"),
-    lambda r: r["arrays"]["a"].__setitem__("offset", -64),
-    lambda r: r["arrays"]["a"].__setitem__("offset", 3),
-    lambda r: r["arrays"]["a"].__setitem__("shape", [-100]),
-    lambda r: r["arrays"]["a"].__setitem__("dtype", "|O"),
-    lambda r: r.__setitem__("data_bytes", "x"),
-], ids=["arrays-list", "arrays-str", "no-dtype", "bad-dtype", "shape-none", "nbytes-str",
-        "crc-str", "offset-negative", "offset-unaligned", "shape-negative", "object-dtype",
-        "size-str"])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda r: r.__setitem__("arrays", []),
+        lambda r: r.__setitem__("arrays", "x"),
+        lambda r: r["arrays"]["a"].pop("dtype"),
+        lambda r: r["arrays"]["a"].__setitem__("dtype", "no-such-dtype"),
+        lambda r: r["arrays"]["a"].__setitem__("shape", None),
+        lambda r: r["arrays"]["a"].__setitem__("nbytes", "many"),
+        lambda r: r["arrays"]["a"].__setitem__("crc32", "x"),
+        lambda r: r["arrays"]["a"].__setitem__("offset", -64),
+        lambda r: r["arrays"]["a"].__setitem__("offset", 3),
+        lambda r: r["arrays"]["a"].__setitem__("shape", [-100]),
+        lambda r: r["arrays"]["a"].__setitem__("dtype", "|O"),
+        lambda r: r.__setitem__("data_bytes", "x"),
+    ],
+    ids=[
+        "arrays-list",
+        "arrays-str",
+        "no-dtype",
+        "bad-dtype",
+        "shape-none",
+        "nbytes-str",
+        "crc-str",
+        "offset-negative",
+        "offset-unaligned",
+        "shape-negative",
+        "object-dtype",
+        "size-str",
+    ],
+)
 def test_edited_description_is_a_miss_or_cache_error(stored, edit):
     cache, key = stored
     _edit_description(cache, key, edit)
@@ -89,7 +104,7 @@ def test_swapped_entry_of_other_dtype_or_content(stored):
     cache.store(key, {"a": numpy.arange(100, dtype=numpy.int32), "b": numpy.arange(10.0)})
     first, count = array_extent(path, "a")
     data = bytearray(open(path, "rb").read())  # same header, other content
-    data[first: first + count] = numpy.arange(100, dtype=numpy.int32)[::-1].tobytes()
+    data[first : first + count] = numpy.arange(100, dtype=numpy.int32)[::-1].tobytes()
     open(path, "wb").write(bytes(data))
     assert cache.load(key, NAMES, verify="size")["a"][0] == 99  # size checks cannot see it
     with pytest.raises(CacheError, match="CRC32"):
@@ -110,8 +125,7 @@ def test_truncated_npy_in_a_gpt_cache_is_rebuilt(tmp_path):
     with pytest.raises(CacheError):  # a reader that may not build reports it
         with open(path, "r+b") as handle:
             handle.truncate(10)
-        GPTDataset(low, prefix, numpy.arange(32), None, Split.train, config,
-                   build_if_missing=False)
+        GPTDataset(low, prefix, numpy.arange(32), None, Split.train, config, build_if_missing=False)
 
 
 def test_path_to_cache_that_is_a_file(tmp_path):
@@ -136,8 +150,10 @@ def test_two_processes_building_the_same_cache_agree(tmp_path):
     prefix = write_corpus(tmp_path / "corpus", [37] * 200)
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    workers = [context.Process(target=_build_in_child, args=(prefix, str(tmp_path / "c"), queue))
-               for _ in range(3)]
+    workers = [
+        context.Process(target=_build_in_child, args=(prefix, str(tmp_path / "c"), queue))
+        for _ in range(3)
+    ]
     for worker in workers:
         worker.start()
     results = [queue.get(timeout=50) for _ in workers]
@@ -149,8 +165,9 @@ def test_two_processes_building_the_same_cache_agree(tmp_path):
     assert leftovers == []
     config = small_config(prefix, tmp_path / "c")
     low = GPTDataset.build_low_level_dataset(prefix, config)
-    reread = GPTDataset(low, prefix, numpy.arange(150), 2000, Split.train, config,
-                        build_if_missing=False)  # the cache that is left is complete
+    reread = GPTDataset(
+        low, prefix, numpy.arange(150), 2000, Split.train, config, build_if_missing=False
+    )  # the cache that is left is complete
     assert reread.sample_index.tobytes() == results[0][1]
 
 

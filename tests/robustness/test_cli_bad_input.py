@@ -8,8 +8,8 @@ import sys
 
 import numpy
 import pytest
-
 from tests.support.dataset_files import write_corpus
+
 from tokenloom.cli.main import main
 
 
@@ -17,8 +17,9 @@ from tokenloom.cli.main import main
 def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "good.jsonl").write_text('{"text": "hello world"}\n{"text": "more"}\n')
-    (tmp_path / "garbage.bin").write_bytes(bytes(numpy.random.default_rng(0).integers(
-        128, 256, 600, dtype=numpy.uint8)))
+    (tmp_path / "garbage.bin").write_bytes(
+        bytes(numpy.random.default_rng(0).integers(128, 256, 600, dtype=numpy.uint8))
+    )
     (tmp_path / "empty.jsonl").write_text("")
     write_corpus(tmp_path / "corpus", [20] * 10)
     return tmp_path
@@ -59,16 +60,36 @@ def test_empty_input_writes_an_empty_but_valid_pair(workdir):
     assert main(["inspect", "e_text_document"]) == 0
 
 
-@pytest.mark.parametrize("argv, code", [
-    (["preprocess", "--input", "garbage.bin", "--output-prefix", "x", "--tokenizer", "bytes"], 1),
-    (["prepare-cache", "--config", "garbage.bin"], 1),
-    (["merge", "--output-prefix", "m"], 2),
-])
+@pytest.mark.parametrize(
+    "argv, code",
+    [
+        (
+            [
+                "preprocess",
+                "--input",
+                "garbage.bin",
+                "--output-prefix",
+                "x",
+                "--tokenizer",
+                "bytes",
+            ],
+            1,
+        ),
+        (["prepare-cache", "--config", "garbage.bin"], 1),
+        (["merge", "--output-prefix", "m"], 2),
+    ],
+)
 @pytest.mark.timeout(60)
 def test_real_process_exit_codes_without_traceback(workdir, argv, code):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    done = subprocess.run([sys.executable, "-m", "tokenloom", *argv], capture_output=True,
-                          text=True, cwd=workdir, env=env, timeout=50)
+    done = subprocess.run(
+        [sys.executable, "-m", "tokenloom", *argv],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        env=env,
+        timeout=50,
+    )
     assert done.returncode == code, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("tokenloom")

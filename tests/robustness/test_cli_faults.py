@@ -13,8 +13,13 @@ import pytest
 
 
 def _tokenloom(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tokenloom", *args], cwd=cwd, text=True,
-                          capture_output=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tokenloom", *args],
+        cwd=cwd,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def _one_line(result: subprocess.CompletedProcess) -> str:
@@ -32,8 +37,11 @@ def small_tmpfs(tmp_path):
         pytest.skip("mounting a tmpfs needs root")
     mount = tmp_path / "full"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -46,9 +54,17 @@ def small_tmpfs(tmp_path):
 def test_full_disk_names_the_file_and_publishes_nothing(tmp_path, small_tmpfs):
     text = {"text": "all work and no play makes jack a dull boy " * 200}
     (tmp_path / "in.jsonl").write_text((json.dumps(text) + "\n") * 400)  # ~3.5 MB of tokens
-    result = _tokenloom("preprocess", "--input", "in.jsonl", "--output-prefix",
-                        str(small_tmpfs / "out"), "--tokenizer", "bytes", "--no-progress",
-                        cwd=tmp_path)
+    result = _tokenloom(
+        "preprocess",
+        "--input",
+        "in.jsonl",
+        "--output-prefix",
+        str(small_tmpfs / "out"),
+        "--tokenizer",
+        "bytes",
+        "--no-progress",
+        cwd=tmp_path,
+    )
     line = _one_line(result)
     assert f"{small_tmpfs}/out_text_document" in line and "No space left on device" in line
     assert "disk is full" in line
@@ -59,8 +75,19 @@ def test_full_disk_names_the_file_and_publishes_nothing(tmp_path, small_tmpfs):
 def test_output_prefix_that_is_a_directory_fails_before_any_work(tmp_path):
     (tmp_path / "in.jsonl").write_text('{"text": "hello"}\n')
     (tmp_path / "out_text_document.bin").mkdir()
-    line = _one_line(_tokenloom("preprocess", "--input", "in.jsonl", "--output-prefix", "out",
-                                "--tokenizer", "bytes", "--no-progress", cwd=tmp_path))
+    line = _one_line(
+        _tokenloom(
+            "preprocess",
+            "--input",
+            "in.jsonl",
+            "--output-prefix",
+            "out",
+            "--tokenizer",
+            "bytes",
+            "--no-progress",
+            cwd=tmp_path,
+        )
+    )
     assert "out_text_document.bin: the output data file is an existing directory" in line
 
 

@@ -66,9 +66,14 @@ def test_equal_to_megatron_core_build_sample_idx(tmp_path):
         f"d = sys.argv[1]\n"
         "out = build_sample_idx(numpy.load(d + '/sizes.npy'), numpy.load(d + '/documents.npy'),"
         f" {SEQUENCE_LENGTH}, 1, {TOKENS}, False, True)\n"
-        "numpy.save(d + '/megatron.npy', out)\n")
-    subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=diff.megatron_env(),
-                   check=True, timeout=240)
+        "numpy.save(d + '/megatron.npy', out)\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        env=diff.megatron_env(),
+        check=True,
+        timeout=240,
+    )
     want = numpy.load(tmp_path / "megatron.npy")
     assert want.shape[0] == count_samples(TOKENS, SEQUENCE_LENGTH, 1, False) + 1  # overshoot
     for name, got in _implementations():

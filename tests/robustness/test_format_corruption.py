@@ -15,9 +15,9 @@ import numpy
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from tests.support.dataset_files import small_config, write_corpus
 from tests.support.format_files import random_documents, write_dataset
+
 from tokenloom.cli.main import main
 from tokenloom.datasets import GPTDataset, Split
 from tokenloom.errors import FormatError, TokenloomError
@@ -62,10 +62,13 @@ def _patch(idx, offset, fmt, value):
     return bytes(data)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)),
-                      min_size=1, max_size=4),
-       mmap=st.booleans())
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=4),
+    mmap=st.booleans(),
+)
 def test_random_idx_byte_flips_give_format_error_or_valid_data(tmp_path, flips, mmap):
     prefix, idx, data = _pair(tmp_path)
     damaged = bytearray(idx)
@@ -78,10 +81,16 @@ def test_random_idx_byte_flips_give_format_error_or_valid_data(tmp_path, flips, 
         pass
 
 
-@pytest.mark.parametrize("field, fmt, value", [
-    ("sequence count", "<Q", 2**63), ("sequence count", "<Q", 2**64 - 1),
-    ("document count", "<Q", 2**62), ("version", "<Q", 2), ("dtype code", "<B", 0),
-])
+@pytest.mark.parametrize(
+    "field, fmt, value",
+    [
+        ("sequence count", "<Q", 2**63),
+        ("sequence count", "<Q", 2**64 - 1),
+        ("document count", "<Q", 2**62),
+        ("version", "<Q", 2),
+        ("dtype code", "<B", 0),
+    ],
+)
 def test_huge_or_bad_header_fields_are_refused_without_allocating(tmp_path, field, fmt, value):
     prefix, idx, data = _pair(tmp_path)
     offset = {"version": 9, "dtype code": 17, "sequence count": 18, "document count": 26}[field]
@@ -132,16 +141,20 @@ def test_symlinked_pair_reads_like_the_original(tmp_path):
     for suffix in (".idx", ".bin"):
         os.symlink(prefix + suffix, str(tmp_path / "link") + suffix)
     with IndexedDataset(prefix) as original, IndexedDataset(str(tmp_path / "link")) as linked:
-        numpy.testing.assert_array_equal(numpy.concatenate(original[:]),
-                                         numpy.concatenate(linked[:]))
+        numpy.testing.assert_array_equal(
+            numpy.concatenate(original[:]), numpy.concatenate(linked[:])
+        )
 
 
 @pytest.mark.parametrize("damage", ["empty idx", "empty bin", "garbage idx", "truncated bin"])
 def test_inspect_reports_damage_with_exit_1(tmp_path, capsys, damage):
     prefix, idx, data = _pair(tmp_path)
-    idx, data = {"empty idx": (b"", data), "empty bin": (idx, b""),
-                 "garbage idx": (os.urandom(len(idx)), data),
-                 "truncated bin": (idx, data[:-3])}[damage]
+    idx, data = {
+        "empty idx": (b"", data),
+        "empty bin": (idx, b""),
+        "garbage idx": (os.urandom(len(idx)), data),
+        "truncated bin": (idx, data[:-3]),
+    }[damage]
     _write(prefix, idx, data)
     assert main(["inspect", prefix]) == 1
     assert main(["inspect", prefix, "--json"]) == 1
@@ -156,14 +169,16 @@ def test_get_offset_and_length_must_be_integers(tmp_path):
             dataset.get(0, offset=1.5)
         with pytest.raises(TypeError, match="length must be an integer"):
             dataset.get(0, length=numpy.float32(2))
-        numpy.testing.assert_array_equal(dataset.get(0, numpy.int64(1), numpy.int8(2)),
-                                         dataset[0][1:3])
+        numpy.testing.assert_array_equal(
+            dataset.get(0, numpy.int64(1), numpy.int8(2)), dataset[0][1:3]
+        )
 
 
 @pytest.mark.parametrize("numba", ["1", "0"])
-@pytest.mark.parametrize("field, value", [
-    ("pointer", 10**9), ("pointer", 81), ("pointer", -80), ("length", 10**6),
-    ("length", -30)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("pointer", 10**9), ("pointer", 81), ("pointer", -80), ("length", 10**6), ("length", -30)],
+)
 def test_gpt_samples_from_a_corrupt_idx_are_refused(tmp_path, monkeypatch, numba, field, value):
     """A pointer past the .bin, misaligned or negative (or a length that runs past it)
     must not give a wrong sample or a bare numba/numpy error."""

@@ -23,20 +23,33 @@ SECONDS = float(os.environ.get("TOKENLOOM_FUZZ_SECONDS", "15"))
 @pytest.mark.parametrize("seed", [20261201])
 def test_crafted_cache_entries_never_crash_hang_or_lie(tmp_path, seed):
     try:
-        done = subprocess.run([sys.executable, "-X", "faulthandler", str(WORKER), str(seed),
-                               str(SECONDS), str(tmp_path)], capture_output=True, text=True,
-                              timeout=SECONDS + 90)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-X",
+                "faulthandler",
+                str(WORKER),
+                str(seed),
+                str(SECONDS),
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=SECONDS + 90,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"a case hung; last log lines: {_tail(tmp_path)}")
     log = tmp_path / "log.txt"
     lines = log.read_text().splitlines() if log.exists() else []
-    assert done.returncode == 0, f"the worker crashed ({done.returncode}) at {lines[-1:]}: " \
-                                 f"{done.stderr[-3000:]}"
+    assert done.returncode == 0, (
+        f"the worker crashed ({done.returncode}) at {lines[-1:]}: {done.stderr[-3000:]}"
+    )
     bad = [(lines[i - 1], line) for i, line in enumerate(lines) if line.startswith("bad")]
     assert bad == [], bad[:10]
     kinds = {line.split()[2] for line in lines if line.startswith("start")}
-    outcomes = collections.Counter(line.split()[0] for line in lines
-                                   if not line.startswith("start"))
+    outcomes = collections.Counter(
+        line.split()[0] for line in lines if not line.startswith("start")
+    )
     assert outcomes["error"] >= 20 and outcomes["ok"] >= 5, outcomes  # both paths exercised
     assert len(kinds) >= 8, kinds  # most mutation kinds ran
 

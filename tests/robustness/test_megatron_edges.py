@@ -26,32 +26,62 @@ def _corpus(prefix, documents):
 
 
 def _base(**overrides):
-    config = dict(random_seed=3, sequence_length=8, vocab_size=diff.VOCAB, eod=diff.EOD,
-                  reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
-                  create_attention_mask=True, add_extra_token_to_sequence=True,
-                  drop_last_partial_validation_sequence=True, mid_level_dataset_surplus=0.005,
-                  num_dataset_builder_threads=1)
+    config = dict(
+        random_seed=3,
+        sequence_length=8,
+        vocab_size=diff.VOCAB,
+        eod=diff.EOD,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=True,
+        add_extra_token_to_sequence=True,
+        drop_last_partial_validation_sequence=True,
+        mid_level_dataset_surplus=0.005,
+        num_dataset_builder_threads=1,
+    )
     config.update(overrides)
     return config
 
 
 def _cases(root):
     rng = numpy.random.RandomState(1)
-    many = _corpus(root / "many", [list(rng.randint(3, 1000, int(n))) + [diff.EOD]
-                                   for n in rng.randint(1, 60, 40)])
+    many = _corpus(
+        root / "many",
+        [list(rng.randint(3, 1000, int(n))) + [diff.EOD] for n in rng.randint(1, 60, 40)],
+    )
     one = _corpus(root / "one", [[7]])  # a split of a single token
     return [
-        {"name": "seq_len_1", "config": _base(sequence_length=1, blend=[[many], None],
-                                              split="90,10,0"), "sizes": [50, 5, None]},
-        {"name": "single_token", "config": _base(blend=[[one], None], split="1"),
-         "sizes": [6, None, None]},
-        {"name": "empty_split_none", "config": _base(blend=[[many], None], split="100,0,0"),
-         "sizes": [20, None, None]},
-        {"name": "empty_split_zero", "config": _base(blend=[[many], None], split="100,0,0"),
-         "sizes": [20, 0, 0]},
-        {"name": "float32_overshoot", "config": _base(
-            sequence_length=1000, blend=[[many], None], split="98,2,0",
-            drop_last_partial_validation_sequence=False), "sizes": [10, 500_000, None]},
+        {
+            "name": "seq_len_1",
+            "config": _base(sequence_length=1, blend=[[many], None], split="90,10,0"),
+            "sizes": [50, 5, None],
+        },
+        {
+            "name": "single_token",
+            "config": _base(blend=[[one], None], split="1"),
+            "sizes": [6, None, None],
+        },
+        {
+            "name": "empty_split_none",
+            "config": _base(blend=[[many], None], split="100,0,0"),
+            "sizes": [20, None, None],
+        },
+        {
+            "name": "empty_split_zero",
+            "config": _base(blend=[[many], None], split="100,0,0"),
+            "sizes": [20, 0, 0],
+        },
+        {
+            "name": "float32_overshoot",
+            "config": _base(
+                sequence_length=1000,
+                blend=[[many], None],
+                split="98,2,0",
+                drop_last_partial_validation_sequence=False,
+            ),
+            "sizes": [10, 500_000, None],
+        },
     ]
 
 
@@ -68,8 +98,12 @@ def megatron(tmp_path_factory):
     (root / "spec.json").write_text(json.dumps(cases))
     out = root / "megatron"
     out.mkdir()
-    subprocess.run([sys.executable, str(diff.RUNNER), str(root / "spec.json"), str(out)],
-                   env=diff.megatron_env(), check=True, timeout=900)
+    subprocess.run(
+        [sys.executable, str(diff.RUNNER), str(root / "spec.json"), str(out)],
+        env=diff.megatron_env(),
+        check=True,
+        timeout=900,
+    )
     return cases, out
 
 

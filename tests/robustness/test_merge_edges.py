@@ -25,8 +25,7 @@ def test_empty_multimodal_dataset_merges_with_add_index(tmp_path):
     merged.finalize(str(tmp_path / "m.idx"))
     with IndexedDataset(str(tmp_path / "m"), multimodal=True) as dataset:
         assert [(t.tolist(), int(m)) for t, m in dataset] == [([1, 2], 3), ([4], 5)]
-    only_empty = IndexedDatasetBuilder(str(tmp_path / "e.bin"), dtype=numpy.uint16,
-                                       multimodal=True)
+    only_empty = IndexedDatasetBuilder(str(tmp_path / "e.bin"), dtype=numpy.uint16, multimodal=True)
     only_empty.add_index(empty)
     only_empty.finalize(str(tmp_path / "e.idx"))
     assert (tmp_path / "e.idx").read_bytes() == (tmp_path / "empty.idx").read_bytes()

@@ -44,18 +44,25 @@ def prefix(tmp_path):
 
 
 def _run(script: str, prefix: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(script), prefix],
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(script), prefix],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if done.returncode < 0:
-        pytest.fail(f"the reader was killed by {signal.Signals(-done.returncode).name}: "
-                    f"{done.stderr[-2000:]}")
+        pytest.fail(
+            f"the reader was killed by {signal.Signals(-done.returncode).name}: "
+            f"{done.stderr[-2000:]}"
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
 
 @pytest.mark.timeout(120)
 def test_a_read_of_the_tail_after_truncation_is_an_error_naming_the_file(prefix):
-    done = _run("""
+    done = _run(
+        """
         dataset = IndexedDataset(prefix)
         assert int(dataset[0][0]) == 1
         os.truncate(bin_path, size - 1000)  # cuts the last sequence, inside the last page
@@ -68,16 +75,18 @@ def test_a_read_of_the_tail_after_truncation_is_an_error_naming_the_file(prefix)
             print("served first")
         except FormatError:
             print("first refused too")
-    """, prefix)
-    assert f"error: {prefix}.bin: the data file shrank from 256000 to 255000 bytes" \
-        in done.stdout
+    """,
+        prefix,
+    )
+    assert f"error: {prefix}.bin: the data file shrank from 256000 to 255000 bytes" in done.stdout
     assert "mmap_bin_files=False" in done.stdout and "first refused too" in done.stdout
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_a_dataloader_worker_started_after_truncation_raises_instead_of_sigbus(prefix, context):
-    done = _run(f"""
+    done = _run(
+        f"""
         import torch.utils.data
         dataset = IndexedDataset(prefix)
         os.truncate(bin_path, size // 2)  # the middle is cut: not a tail read
@@ -88,7 +97,9 @@ def test_a_dataloader_worker_started_after_truncation_raises_instead_of_sigbus(p
             print("served", [int(numpy.asarray(b).sum()) for b in loader])
         except (FormatError, RuntimeError) as error:  # spawn: torch loses the worker's error
             print("error:", error)
-    """.replace("SEQUENCES", str(SEQUENCES)), prefix)
+    """.replace("SEQUENCES", str(SEQUENCES)),
+        prefix,
+    )
     assert "error: " in done.stdout and "served" not in done.stdout, done.stdout + done.stderr
     if context == "fork":  # the worker's re-check at start, also logged there
         assert f"{prefix}.bin: the data file shrank from 256000 to 128000 bytes" in done.stdout
@@ -99,7 +110,8 @@ def test_a_dataloader_worker_started_after_truncation_raises_instead_of_sigbus(p
 
 @pytest.mark.timeout(120)
 def test_a_file_replaced_by_rename_keeps_the_mapping_readable(prefix):
-    done = _run("""
+    done = _run(
+        """
         dataset = IndexedDataset(prefix)
         with open(bin_path + ".new", "wb") as handle:
             handle.write(b"\\0" * 10)
@@ -109,13 +121,16 @@ def test_a_file_replaced_by_rename_keeps_the_mapping_readable(prefix):
             os._exit(0 if int(dataset[63][0]) == 64 else 3)
         assert os.waitpid(pid, 0)[1] == 0
         print("served", int(dataset[len(dataset) - 1][0]))
-    """, prefix)
+    """,
+        prefix,
+    )
     assert "served 64" in done.stdout and "shrank" not in done.stderr
 
 
 @pytest.mark.timeout(120)
 def test_mmap_false_is_the_safe_mode(prefix):
-    done = _run("""
+    done = _run(
+        """
         dataset = IndexedDataset(prefix, mmap=False)
         os.truncate(bin_path, 1000)
         for i in (1, len(dataset) - 1):
@@ -124,5 +139,7 @@ def test_mmap_false_is_the_safe_mode(prefix):
                 print("served", i)
             except FormatError as error:
                 print("error:", error)
-    """, prefix)
+    """,
+        prefix,
+    )
     assert done.stdout.count(f"error: {prefix}.bin") == 2, done.stdout

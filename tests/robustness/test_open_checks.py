@@ -34,8 +34,11 @@ def test_overlapping_pointer_is_refused_at_open(tmp_path):
     prefix = write_corpus(tmp_path / "c", [10] * 8)
     pointer_4 = IndexedDataset(prefix).sequence_pointers[4]
     _patch(prefix + ".idx", _pointer_offset(8, 5), "<q", int(pointer_4))  # pointer[5] = pointer[4]
-    with pytest.raises(FormatError, match=r"c\.idx: sequence 5 has pointer 80, but sequence 4 "
-                                          r"\(length 10\) ends at byte 100"):
+    with pytest.raises(
+        FormatError,
+        match=r"c\.idx: sequence 5 has pointer 80, but sequence 4 "
+        r"\(length 10\) ends at byte 100",
+    ):
         IndexedDataset(prefix)
     trusted = IndexedDataset(prefix, fast_cache_load=True)  # the user's explicit opt-out
     assert trusted[5].tolist() == trusted[4].tolist()
@@ -87,22 +90,45 @@ def test_bin_with_an_honest_extra_tail_does_not_warn(tmp_path):
 
 def test_symlink_loop_is_a_format_error_naming_the_file(tmp_path):
     os.symlink(tmp_path / "loop.idx", tmp_path / "loop.idx")
-    with pytest.raises(FormatError, match=r"loop\.idx: cannot open the index file: Too many "
-                                          r"levels of symbolic links"):
+    with pytest.raises(
+        FormatError,
+        match=r"loop\.idx: cannot open the index file: Too many "
+        r"levels of symbolic links",
+    ):
         IndexedDataset(str(tmp_path / "loop"))
 
 
-@pytest.mark.parametrize("tokenizer, match", [
-    ({"vocab_size": 100, "eod": 100}, r"tokenizer\.eod = 100 is not a token id.*vocab_size 100"),
-    ({"vocab_size": 100, "eod": 1, "pad": 250}, r"tokenizer\.pad = 250"),
-    ({"vocab_size": 100, "eod": -1}, r"tokenizer\.eod ?= ?-1"),
-])
+@pytest.mark.parametrize(
+    "tokenizer, match",
+    [
+        (
+            {"vocab_size": 100, "eod": 100},
+            r"tokenizer\.eod = 100 is not a token id.*vocab_size 100",
+        ),
+        ({"vocab_size": 100, "eod": 1, "pad": 250}, r"tokenizer\.pad = 250"),
+        ({"vocab_size": 100, "eod": -1}, r"tokenizer\.eod ?= ?-1"),
+    ],
+)
 def test_eod_or_pad_outside_the_vocabulary_is_refused(tokenizer, match):
     with pytest.raises(ConfigError, match=match):
-        GPTDatasetConfig(random_seed=1, sequence_length=8, blend=(["x"], None), split="1",
-                         tokenizer=tokenizer, reset_position_ids=False,
-                         reset_attention_mask=False, eod_mask_loss=False)
+        GPTDatasetConfig(
+            random_seed=1,
+            sequence_length=8,
+            blend=(["x"], None),
+            split="1",
+            tokenizer=tokenizer,
+            reset_position_ids=False,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+        )
     ok = dict(tokenizer, eod=1, pad=-1)  # pad -1: Megatron's "no pad token"
-    GPTDatasetConfig(random_seed=1, sequence_length=8, blend=(["x"], None), split="1",
-                     tokenizer=ok, reset_position_ids=False, reset_attention_mask=False,
-                     eod_mask_loss=False)
+    GPTDatasetConfig(
+        random_seed=1,
+        sequence_length=8,
+        blend=(["x"], None),
+        split="1",
+        tokenizer=ok,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+    )

@@ -18,13 +18,27 @@ TMPFS = 1 << 20
 
 
 def _tokenloom(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tokenloom", *args], cwd=cwd, text=True,
-                          capture_output=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tokenloom", *args],
+        cwd=cwd,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def _preprocess(cwd: Path, prefix: str) -> subprocess.CompletedProcess:
-    return _tokenloom("preprocess", "--input", "in.jsonl", "--output-prefix", prefix,
-                      "--tokenizer", "bytes", "--no-progress", cwd=cwd)
+    return _tokenloom(
+        "preprocess",
+        "--input",
+        "in.jsonl",
+        "--output-prefix",
+        prefix,
+        "--tokenizer",
+        "bytes",
+        "--no-progress",
+        cwd=cwd,
+    )
 
 
 @pytest.fixture
@@ -34,8 +48,11 @@ def tmpfs(tmp_path):
         pytest.skip("mounting a tmpfs needs root")
     mount = tmp_path / "full"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS}", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS}", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -54,8 +71,10 @@ def test_a_disk_that_fills_after_the_bin_names_the_file(tmp_path, tmpfs, fails_a
     text = {"text": "all work and no play makes jack a dull boy " * 20}
     (tmp_path / "in.jsonl").write_text((json.dumps(text) + "\n") * 200)
     assert _preprocess(tmp_path, "ref").returncode == 0  # sizes of a normal run
-    sizes = {suffix: os.path.getsize(tmp_path / f"ref_text_document{suffix}")
-             for suffix in (".bin", ".idx", ".json")}
+    sizes = {
+        suffix: os.path.getsize(tmp_path / f"ref_text_document{suffix}")
+        for suffix in (".bin", ".idx", ".json")
+    }
     room = _pages(sizes[".bin"]) + {".idx": 0, ".json": 1, ".publish-journal": 2}[fails_at]
     with open(tmpfs / "filler", "wb") as handle:
         handle.write(bytes(TMPFS - room * PAGE))
@@ -64,8 +83,11 @@ def test_a_disk_that_fills_after_the_bin_names_the_file(tmp_path, tmpfs, fails_a
     assert "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    named = f"{tmpfs}/out_text_document{fails_at}" if fails_at != ".publish-journal" \
+    named = (
+        f"{tmpfs}/out_text_document{fails_at}"
+        if fails_at != ".publish-journal"
         else f"{tmpfs}/.out_text_document.publish-journal"
+    )
     assert f"{named}: cannot write the output: No space left on device" in lines[0], lines[0]
     assert "disk is full" in lines[0] and "nothing was published" in lines[0]
     left = sorted(name for name in os.listdir(tmpfs) if not name.startswith(".tokenloom-"))

@@ -30,7 +30,7 @@ def _dump_stacks_on_hang():
 def big_input(tmp_path_factory) -> Path:
     """~60 MB of JSONL: many seconds of work for two workers with a real BPE."""
     path = tmp_path_factory.mktemp("input") / "big.jsonl"
-    line = (json.dumps({"text": "The quick brown fox jumps over the lazy dog. " * 40}) + "\n")
+    line = json.dumps({"text": "The quick brown fox jumps over the lazy dog. " * 40}) + "\n"
     path.write_text(line * (60_000_000 // len(line)))
     return path
 
@@ -57,19 +57,35 @@ def _workers(pid: int) -> list:
 
 
 def _start(big_input: Path, out: Path, hf_path: str) -> subprocess.Popen:  # noqa: F811
-    command = [sys.executable, "-m", "tokenloom", "preprocess", "--input", str(big_input),
-               "--output-prefix", str(out / "web"), "--tokenizer", f"hf:{hf_path}", "--workers", "2",
-               "--chunk-mb", "0.5", "--no-progress"]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, text=True)
+    command = [
+        sys.executable,
+        "-m",
+        "tokenloom",
+        "preprocess",
+        "--input",
+        str(big_input),
+        "--output-prefix",
+        str(out / "web"),
+        "--tokenizer",
+        f"hf:{hf_path}",
+        "--workers",
+        "2",
+        "--chunk-mb",
+        "0.5",
+        "--no-progress",
+    ]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True
+    )
 
 
 def _wait_until_encoding(process: subprocess.Popen, out: Path) -> list:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         workers = _workers(process.pid)
-        writing = any(name.endswith(".tmp") and os.path.getsize(out / name) > 0
-                      for name in os.listdir(out))
+        writing = any(
+            name.endswith(".tmp") and os.path.getsize(out / name) > 0 for name in os.listdir(out)
+        )
         if len(workers) >= 2 and writing:
             return workers
         if process.poll() is not None:
@@ -106,13 +122,19 @@ def test_ctrl_c_exits_130_quickly_without_traceback_or_output(big_input, tmp_pat
     assert _published(tmp_path) == []
     assert [name for name in os.listdir(tmp_path) if name.endswith(".tmp")] == []
     time.sleep(0.5)
-    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()
-                and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]]
+    assert not [
+        pid
+        for pid in workers
+        if Path(f"/proc/{pid}").exists()
+        and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    ]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(100)
-def test_sigkilled_worker_names_the_worker_and_shard_and_publishes_nothing(big_input, tmp_path, hf_path):  # noqa: F811
+def test_sigkilled_worker_names_the_worker_and_shard_and_publishes_nothing(
+    big_input, tmp_path, hf_path
+):  # noqa: F811
     process = _start(big_input, tmp_path, hf_path)
     workers = _wait_until_encoding(process, tmp_path)
     os.kill(workers[0], signal.SIGKILL)  # the out-of-memory killer

@@ -9,14 +9,21 @@ import numpy
 
 from tokenloom.datasets import GPTDatasetConfig, Split, split_document_range
 
-GOLDEN_DIR = (Path(__file__).resolve().parents[2] / ".." / "shared" / "golden"
-              / "megatron-core-0.16.1").resolve()
+GOLDEN_DIR = (
+    Path(__file__).resolve().parents[2] / ".." / "shared" / "golden" / "megatron-core-0.16.1"
+).resolve()
 
 # the defaults the golden README says every case starts from
 GOLDEN_DEFAULTS = dict(
-    random_seed=1234, sequence_length=64, reset_position_ids=False, reset_attention_mask=False,
-    eod_mask_loss=False, create_attention_mask=True, add_extra_token_to_sequence=True,
-    drop_last_partial_validation_sequence=True, mid_level_dataset_surplus=0.005,
+    random_seed=1234,
+    sequence_length=64,
+    reset_position_ids=False,
+    reset_attention_mask=False,
+    eod_mask_loss=False,
+    create_attention_mask=True,
+    add_extra_token_to_sequence=True,
+    drop_last_partial_validation_sequence=True,
+    mid_level_dataset_surplus=0.005,
 )
 TOKENIZER = {"vocab_size": 32000, "eod": 2}
 FLAGS = dict(reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
@@ -47,8 +54,13 @@ def split_indices(config, split: Split, num_elements: int) -> numpy.ndarray:
 def sample_ids(arrays, split: str) -> list:
     """The sample numbers recorded for ``split`` in a golden .npz."""
     prefix = f"{split}.sample"
-    return sorted({int(k.split(".")[1][len("sample"):]) for k in arrays.files
-                   if k.startswith(prefix) and not k.startswith(f"{split}.sample_")})
+    return sorted(
+        {
+            int(k.split(".")[1][len("sample") :])
+            for k in arrays.files
+            if k.startswith(prefix) and not k.startswith(f"{split}.sample_")
+        }
+    )
 
 
 def write_corpus(prefix, lengths, seed=0, eod=2, vocab=32000, dtype=numpy.uint16):
@@ -67,9 +79,14 @@ def write_corpus(prefix, lengths, seed=0, eod=2, vocab=32000, dtype=numpy.uint16
 
 
 def small_config(prefix, path_to_cache, **overrides) -> GPTDatasetConfig:
-    fields = dict(random_seed=5, sequence_length=16, blend=([str(prefix)], None),
-                  split="80,10,10", tokenizer=dict(TOKENIZER),
-                  path_to_cache=None if path_to_cache is None else str(path_to_cache),
-                  **FLAGS)
+    fields = dict(
+        random_seed=5,
+        sequence_length=16,
+        blend=([str(prefix)], None),
+        split="80,10,10",
+        tokenizer=dict(TOKENIZER),
+        path_to_cache=None if path_to_cache is None else str(path_to_cache),
+        **FLAGS,
+    )
     fields.update(overrides)
     return GPTDatasetConfig(**fields)

@@ -58,9 +58,17 @@ def launch(
             env.pop("LOCAL_RANK", None)
             env.pop("LOCAL_WORLD_SIZE", None)
         log = open(out_dir / f"rank{rank}.log", "w")
-        procs.append((subprocess.Popen(
-            [sys.executable, script, scenario, str(out_dir)],
-            env=env, stdout=log, stderr=subprocess.STDOUT), log))
+        procs.append(
+            (
+                subprocess.Popen(
+                    [sys.executable, script, scenario, str(out_dir)],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                ),
+                log,
+            )
+        )
     _wait_all(procs, timeout, out_dir)
     return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(world_size)]
 
@@ -99,7 +107,10 @@ def init_worker():
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group(
-        "gloo", init_method=os.environ["INIT_METHOD"], rank=rank, world_size=world_size,
+        "gloo",
+        init_method=os.environ["INIT_METHOD"],
+        rank=rank,
+        world_size=world_size,
         timeout=datetime.timedelta(seconds=60),
     )
     return rank, world_size

@@ -25,7 +25,9 @@ def random_documents(seed=0, num_documents=20, max_sequences=3, vocab=1000):
     """Reproducible documents of 1..max_sequences sequences of 0..50 tokens."""
     rng = numpy.random.default_rng(seed)
     return [
-        [rng.integers(0, vocab, rng.integers(0, 50)).tolist()
-         for _ in range(rng.integers(1, max_sequences + 1))]
+        [
+            rng.integers(0, vocab, rng.integers(0, 50)).tolist()
+            for _ in range(rng.integers(1, max_sequences + 1))
+        ]
         for _ in range(num_documents)
     ]

@@ -9,9 +9,15 @@ from tokenloom.datasets import GPTDataset, GPTDatasetConfig, MockGPTDataset, Sim
 from tokenloom.datasets.blended import BlendedDataset
 
 DEFAULTS = dict(
-    random_seed=1234, sequence_length=64, reset_position_ids=False, reset_attention_mask=False,
-    eod_mask_loss=False, create_attention_mask=True, add_extra_token_to_sequence=True,
-    drop_last_partial_validation_sequence=True, mid_level_dataset_surplus=0.005,
+    random_seed=1234,
+    sequence_length=64,
+    reset_position_ids=False,
+    reset_attention_mask=False,
+    eod_mask_loss=False,
+    create_attention_mask=True,
+    add_extra_token_to_sequence=True,
+    drop_last_partial_validation_sequence=True,
+    mid_level_dataset_surplus=0.005,
 )
 SPLITS = ("train", "valid", "test")
 
@@ -29,8 +35,11 @@ def make_config(case, golden_dir, path_to_cache, **overrides) -> GPTDatasetConfi
         fields["blend_per_split"] = [_prefixes(b, golden_dir) for b in fields["blend_per_split"]]
     tok = case["tokenizer"]
     fields.update(overrides)
-    return GPTDatasetConfig(tokenizer=SimpleTokenizer(tok["vocab_size"], tok["eod"], tok["pad"]),
-                            path_to_cache=str(path_to_cache), **fields)
+    return GPTDatasetConfig(
+        tokenizer=SimpleTokenizer(tok["vocab_size"], tok["eod"], tok["pad"]),
+        path_to_cache=str(path_to_cache),
+        **fields,
+    )
 
 
 def build(case, golden_dir, path_to_cache, **overrides):
@@ -49,7 +58,7 @@ def lookup(datasets, name: str):
     if rest == "len":
         return numpy.asarray(len(dataset), dtype=numpy.int64)
     if rest.startswith("sample") and rest != "sample_index":
-        k, field = rest[len("sample"):].split(".")
+        k, field = rest[len("sample") :].split(".")
         return numpy.asarray(dataset[int(k)][field])
     return numpy.asarray(getattr(dataset, rest))
 

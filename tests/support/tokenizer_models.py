@@ -24,7 +24,7 @@ def real_texts() -> list:
     texts += [doc for _, doc in docstrings((stdlib_root() / "textwrap.py").read_text("utf-8"))]
     entities = (stdlib_root() / "html" / "entities.py").read_text("utf-8")
     texts.append(entities[-6000:])  # the html5 table: accented letters, symbols, math
-    texts.append("emoji and CJK: \U0001F600 \u4e2d\u6587 \u00e9t\u00e9 \u2014 fin")
+    texts.append("emoji and CJK: \U0001f600 \u4e2d\u6587 \u00e9t\u00e9 \u2014 fin")
     return [text for text in texts if text]
 
 

@@ -64,8 +64,9 @@ def test_explicit_eod_by_text_or_id(hf_path):
 def test_tokenizer_without_specials_has_no_eod(real_texts, tmp_path):
     from tokenloom.tokenizers.train import train_byte_level_bpe
 
-    tokenizer = train_byte_level_bpe(real_texts[:2], 300, str(tmp_path / "t.json"),
-                                     special_tokens=())
+    tokenizer = train_byte_level_bpe(
+        real_texts[:2], 300, str(tmp_path / "t.json"), special_tokens=()
+    )
     assert tokenizer.eod is None and tokenizer.pad is None
 
 

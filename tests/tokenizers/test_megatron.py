@@ -12,8 +12,16 @@ from tokenloom.errors import TokenizerError
 from tokenloom.tokenizers import load_tokenizer
 from tokenloom.tokenizers.megatron import MegatronTokenizerArgs, build_megatron_tokenizer
 
-GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
-                      "golden", "megatron-preprocess", "tokenizers")
+GOLDEN = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)),
+    "..",
+    "..",
+    "..",
+    "shared",
+    "golden",
+    "megatron-preprocess",
+    "tokenizers",
+)
 requires_golden = pytest.mark.skipif(not os.path.isdir(GOLDEN), reason=f"no golden set at {GOLDEN}")
 
 
@@ -24,8 +32,11 @@ def _build(kind: str, **kwargs):
 @requires_golden
 def test_hf_special_tokens_follow_the_setting():
     bos = _build("HuggingFaceTokenizer", tokenizer_model=os.path.join(GOLDEN, "hf_bos"))
-    plain = _build("HuggingFaceTokenizer", tokenizer_model=os.path.join(GOLDEN, "hf_bos"),
-                   hf_include_special_tokens=False)
+    plain = _build(
+        "HuggingFaceTokenizer",
+        tokenizer_model=os.path.join(GOLDEN, "hf_bos"),
+        hf_include_special_tokens=False,
+    )
     assert bos.encode("a <s> b").tolist()[0] == 1 and bos.added_by_post_processor() == [1]
     assert plain.encode("a <s> b").tolist() == bos.encode("a <s> b").tolist()[1:]
     assert 1 in plain.encode("a <s> b").tolist()  # special-token text is the special token
@@ -35,8 +46,11 @@ def test_hf_special_tokens_follow_the_setting():
 
 @requires_golden
 def test_tiktokenizer_shifts_ranks_and_maps_special_text():
-    tok = _build("TikTokenizer", tokenizer_model=os.path.join(GOLDEN, "tiktoken", "vocab.json"),
-                 vocab_size=3045)
+    tok = _build(
+        "TikTokenizer",
+        tokenizer_model=os.path.join(GOLDEN, "tiktoken", "vocab.json"),
+        vocab_size=3045,
+    )
     ids = tok.encode("x <s> </s> <unk> <pad> <|endoftext|>").tolist()
     assert {1, 2, 0, 4} <= set(ids) and min(i for i in ids if i > 4) >= 1000
     assert tok.vocab_size == 3045 and tok.eod == 2
@@ -68,12 +82,15 @@ def test_sentencepiece_extra_whitespace_kept_on_request():
     assert keep.encode("a b").tolist()[:2] == drop.encode("a b").tolist()
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("HuggingFaceTokenzier", "did you mean HuggingFaceTokenizer"),
-    ("BertWordPieceCase", "not supported by tokenloom preprocess"),
-    ("GPT2BPETokenizer", "needs --vocab-file"),
-    ("SentencePieceTokenizer", "needs --tokenizer-model"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("HuggingFaceTokenzier", "did you mean HuggingFaceTokenizer"),
+        ("BertWordPieceCase", "not supported by tokenloom preprocess"),
+        ("GPT2BPETokenizer", "needs --vocab-file"),
+        ("SentencePieceTokenizer", "needs --tokenizer-model"),
+    ],
+)
 def test_bad_megatron_arguments_are_clear(kind, message):
     with pytest.raises(TokenizerError, match=message):
         _build(kind)
@@ -87,12 +104,18 @@ def test_a_gpt2_vocab_without_merges_hints_at_merge_file(tmp_path):
 
 
 def test_identity_of_every_kind(hf_path, tiktoken_path, sentencepiece_path):
-    for spec in ("bytes", f"hf:{hf_path}", f"tiktoken:{tiktoken_path}",
-                 f"sentencepiece:{sentencepiece_path}"):
+    for spec in (
+        "bytes",
+        f"hf:{hf_path}",
+        f"tiktoken:{tiktoken_path}",
+        f"sentencepiece:{sentencepiece_path}",
+    ):
         identity = load_tokenizer(spec).identity()
         json.dumps(identity)  # JSON-ready
         assert {"kind", "vocab_size", "eod", "pad", "special_tokens"} <= set(identity)
         if spec != "bytes":
             assert identity["files"] and len(identity["sha256"]) >= 64
-    assert load_tokenizer(f"hf:{hf_path}").identity()["special_tokens"]["<|endoftext|>"] == \
-        load_tokenizer(f"hf:{hf_path}").eod
+    assert (
+        load_tokenizer(f"hf:{hf_path}").identity()["special_tokens"]["<|endoftext|>"]
+        == load_tokenizer(f"hf:{hf_path}").eod
+    )

@@ -50,8 +50,10 @@ def test_same_tokens_as_the_bpe_it_was_converted_from(tiktoken_path, hf_path, re
     hf, tiktoken = HFTokenizer(hf_path), TiktokenTokenizer(tiktoken_path)
     for text in real_texts[:4]:
         pieces_hf = [hf.decode([i]) for i in hf.encode(text)]
-        pieces_tt = [tiktoken.backend.decode_single_token_bytes(int(i)).decode("utf-8", "replace")
-                     for i in tiktoken.encode(text)]
+        pieces_tt = [
+            tiktoken.backend.decode_single_token_bytes(int(i)).decode("utf-8", "replace")
+            for i in tiktoken.encode(text)
+        ]
         assert pieces_hf == pieces_tt
 
 

@@ -28,17 +28,33 @@ def write_corpus(prefix: Path, documents: int, seed: int, vocab: int = 500) -> s
     return str(prefix)
 
 
-def build_train(prefixes: Sequence[str], cache: Path, samples: int, *, weights: Optional[list[float]] = None,
-                sequence_length: int = 32, seed: int = 1234, **overrides: Any) -> Any:
+def build_train(
+    prefixes: Sequence[str],
+    cache: Path,
+    samples: int,
+    *,
+    weights: Optional[list[float]] = None,
+    sequence_length: int = 32,
+    seed: int = 1234,
+    **overrides: Any,
+) -> Any:
     """The train split of a (blended) GPT dataset with ``samples`` samples."""
     blend = (list(prefixes), weights)
     config = GPTDatasetConfig(
-        random_seed=seed, sequence_length=sequence_length, blend=blend, split="100,0,0",
-        tokenizer={"vocab_size": 500, "eod": EOD}, path_to_cache=str(cache),
-        reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
-        **overrides)
-    train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [samples, 0, 0],
-                                                lambda: True, config).build()
+        random_seed=seed,
+        sequence_length=sequence_length,
+        blend=blend,
+        split="100,0,0",
+        tokenizer={"vocab_size": 500, "eod": EOD},
+        path_to_cache=str(cache),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        **overrides,
+    )
+    train, _, _ = BlendedMegatronDatasetBuilder(
+        GPTDataset, [samples, 0, 0], lambda: True, config
+    ).build()
     return train
 
 
@@ -53,8 +69,12 @@ class IndexDataset:
 
     def __getitem__(self, idx: int) -> dict:
         row = numpy.full(self.sequence_length, int(idx), dtype=numpy.int64)
-        return {"tokens": row, "labels": row + 1, "loss_mask": numpy.ones(self.sequence_length, numpy.float32),
-                "position_ids": numpy.arange(self.sequence_length, dtype=numpy.int64)}
+        return {
+            "tokens": row,
+            "labels": row + 1,
+            "loss_mask": numpy.ones(self.sequence_length, numpy.float32),
+            "position_ids": numpy.arange(self.sequence_length, dtype=numpy.int64),
+        }
 
     def get_batch(self, indices: Sequence[int], out: Any = None) -> dict:
         rows = [self[i] for i in indices]
@@ -78,8 +98,12 @@ class NoisyDataset:
         import torch
 
         tokens = torch.randint(0, 1000, (4,)).numpy()
-        return {"tokens": tokens, "labels": tokens, "loss_mask": numpy.ones(4, numpy.float32),
-                "position_ids": numpy.arange(4, dtype=numpy.int64)}
+        return {
+            "tokens": tokens,
+            "labels": tokens,
+            "loss_mask": numpy.ones(4, numpy.float32),
+            "position_ids": numpy.arange(4, dtype=numpy.int64),
+        }
 
 
 def seen(batch: Any) -> list:

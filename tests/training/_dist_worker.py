@@ -24,8 +24,12 @@ def pick_cases(world: int) -> list[dict]:
     for case in cases:
         ok = all("error" not in record for record in case["per_rank"])
         key = (case["sampler"], case["args"].get("data_sharding"), case["tag"])
-        if ok and case["data_parallel_size"] == world and case["sampler"] in KINDS \
-                and key not in chosen:
+        if (
+            ok
+            and case["data_parallel_size"] == world
+            and case["sampler"] in KINDS
+            and key not in chosen
+        ):
             chosen[key] = case
     return list(chosen.values())[:8]
 
@@ -39,13 +43,22 @@ def expected(case: dict, rank: int) -> list[list]:
 
 def build(case: dict, rank: int, world: int, workers: int) -> Any:
     args = case["args"]
-    extra = {"data_sharding": args["data_sharding"]} if "data_sharding" in args \
+    extra = (
+        {"data_sharding": args["data_sharding"]}
+        if "data_sharding" in args
         else {"drop_last": args["drop_last"]}
+    )
     return build_pretraining_data_loader(
-        IndexDataset(args["total_samples"]), args["consumed_samples"],
-        dataloader_type=KINDS[case["sampler"]], micro_batch_size=args["micro_batch_size"],
-        data_parallel_rank=rank, data_parallel_size=world, num_workers=workers,
-        multiprocessing_context="fork" if workers else None, **extra)
+        IndexDataset(args["total_samples"]),
+        args["consumed_samples"],
+        dataloader_type=KINDS[case["sampler"]],
+        micro_batch_size=args["micro_batch_size"],
+        data_parallel_rank=rank,
+        data_parallel_size=world,
+        num_workers=workers,
+        multiprocessing_context="fork" if workers else None,
+        **extra,
+    )
 
 
 def run_case(case: dict, rank: int, world: int, workers: int) -> bool:

@@ -17,8 +17,10 @@ def samplers() -> dict:
     """``samplers.json``, or skip the test when the golden folder is missing."""
     path = GOLDEN / "samplers.json"
     if not path.is_file():
-        pytest.skip(f"golden vectors not found at {path} (the shared golden folder is "
-                    "needed next to the repository)")
+        pytest.skip(
+            f"golden vectors not found at {path} (the shared golden folder is "
+            "needed next to the repository)"
+        )
     return json.loads(path.read_text())
 
 
@@ -26,5 +28,7 @@ def cases(sampler: str) -> list:
     """The golden cases of one sampler class (empty list when the folder is missing)."""
     path = GOLDEN / "samplers.json"
     if not path.is_file():
-        return [pytest.param(None, marks=pytest.mark.skip(reason=f"golden vectors missing: {path}"))]
+        return [
+            pytest.param(None, marks=pytest.mark.skip(reason=f"golden vectors missing: {path}"))
+        ]
     return [case for case in json.loads(path.read_text())["cases"] if case["sampler"] == sampler]

@@ -42,17 +42,25 @@ def expected(dataset: Any, indices: list, mask: bool) -> dict:
 @pytest.mark.parametrize("mask", [True, False])
 def test_batches_are_megatrons(corpora: tuple, mask: bool) -> None:
     a, b, root = corpora
-    dataset = build_train([a, b], root / "cache", 200, weights=[0.5, 0.5],
-                          create_attention_mask=mask)
-    loader = build_pretraining_data_loader(dataset, 8, micro_batch_size=4,
-                                           data_parallel_rank=1, data_parallel_size=2)
+    dataset = build_train(
+        [a, b], root / "cache", 200, weights=[0.5, 0.5], create_attention_mask=mask
+    )
+    loader = build_pretraining_data_loader(
+        dataset, 8, micro_batch_size=4, data_parallel_rank=1, data_parallel_size=2
+    )
     sampler = MegatronPretrainingSampler(len(dataset), 8, 4, 1, 2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "NumPy array is not writable" or pin warnings
         pairs = list(zip(loader, sampler))
     assert len(pairs) == (len(dataset) - 8) // 8
-    dtypes = {"tokens": torch.int64, "labels": torch.int64, "loss_mask": torch.float32,
-              "position_ids": torch.int64, "attention_mask": torch.bool, "dataset_id": torch.int16}
+    dtypes = {
+        "tokens": torch.int64,
+        "labels": torch.int64,
+        "loss_mask": torch.float32,
+        "position_ids": torch.int64,
+        "attention_mask": torch.bool,
+        "dataset_id": torch.int16,
+    }
     for batch, indices in pairs[:12]:
         want = expected(dataset, indices, mask)
         assert set(batch) == set(want) | {"dataset_id"}
@@ -66,12 +74,15 @@ def test_batches_are_megatrons(corpora: tuple, mask: bool) -> None:
 
 
 def test_cu_seqlens_cut_after_every_eod(blend: Any) -> None:
-    loader = build_pretraining_data_loader(blend, 0, micro_batch_size=3, return_cu_seqlens=True,
-                                           create_attention_mask=False)
+    loader = build_pretraining_data_loader(
+        blend, 0, micro_batch_size=3, return_cu_seqlens=True, create_attention_mask=False
+    )
     batch = next(iter(loader))
     tokens = batch["tokens"].reshape(-1).numpy()
     cuts = [0] + [i + 1 for i in range(tokens.size) if tokens[i] == EOD or (i + 1) % 32 == 0]
-    assert batch["cu_seqlens"].dtype == torch.int32 and batch["cu_seqlens"].tolist() == sorted(set(cuts))
+    assert batch["cu_seqlens"].dtype == torch.int32 and batch["cu_seqlens"].tolist() == sorted(
+        set(cuts)
+    )
     assert batch["max_seqlen"].item() == max(numpy.diff(sorted(set(cuts))))
     assert "attention_mask" not in batch
 
@@ -81,11 +92,20 @@ def test_cu_seqlens_cut_after_every_eod(blend: Any) -> None:
 def test_workers_give_the_same_batches(blend: Any, context: str) -> None:
     def run(workers: int) -> list:
         loader = build_pretraining_data_loader(
-            blend, 0, dataloader_type="cyclic", micro_batch_size=4, data_parallel_rank=0,
-            data_parallel_size=2, num_workers=workers, multiprocessing_context=context,
-            data_sharding=False, create_attention_mask=False)
+            blend,
+            0,
+            dataloader_type="cyclic",
+            micro_batch_size=4,
+            data_parallel_rank=0,
+            data_parallel_size=2,
+            num_workers=workers,
+            multiprocessing_context=context,
+            data_sharding=False,
+            create_attention_mask=False,
+        )
         iterator = iter(loader)
         return [next(iterator)["tokens"].numpy().copy() for _ in range(10)]
+
     for left, right in zip(run(0), run(2)):
         numpy.testing.assert_array_equal(left, right)
 
@@ -96,29 +116,39 @@ def test_workers_get_a_small_pickle(blend: Any) -> None:
     payload = len(pickle.dumps(loader.dataloader.dataset))
     index_bytes = blend.dataset_index.nbytes + sum(
         d.shuffle_index.nbytes + d.sample_index.nbytes + d.document_index.nbytes
-        for d in blend.datasets)
+        for d in blend.datasets
+    )
     assert payload < 16_000 < index_bytes
 
 
 def test_megatron_sampler_defaults_and_kinds(blend: Any) -> None:
     assert build_pretraining_data_loader(None, 0, micro_batch_size=1) is None
-    assert build_pretraining_data_loader(blend, 0, dataloader_type="external",
-                                         micro_batch_size=1) is blend
-    cyclic = build_pretraining_data_loader(blend, 0, dataloader_type="cyclic", micro_batch_size=2,
-                                           data_sharding=True, num_workers=1)
+    assert (
+        build_pretraining_data_loader(blend, 0, dataloader_type="external", micro_batch_size=1)
+        is blend
+    )
+    cyclic = build_pretraining_data_loader(
+        blend, 0, dataloader_type="cyclic", micro_batch_size=2, data_sharding=True, num_workers=1
+    )
     assert isinstance(cyclic.batch_sampler, MegatronPretrainingRandomSampler)
     assert cyclic.dataloader.persistent_workers and not cyclic.dataloader.pin_memory
     assert cyclic.batch_sampler.total_samples == len(blend)
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    (dict(micro_batch_size=0), "micro_batch_size"),
-    (dict(micro_batch_size=2, data_parallel_rank=4, data_parallel_size=4), "data_parallel_rank"),
-    (dict(micro_batch_size=2, dataloader_type="random"), "dataloader_type"),
-    (dict(micro_batch_size=2, dataloader_type="elastic"), "global_batch_size"),
-    (dict(micro_batch_size=2, num_workers=-1), "num_workers"),
-    (dict(micro_batch_size=2, consumed_samples=10**9), "consumed_samples"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        (dict(micro_batch_size=0), "micro_batch_size"),
+        (
+            dict(micro_batch_size=2, data_parallel_rank=4, data_parallel_size=4),
+            "data_parallel_rank",
+        ),
+        (dict(micro_batch_size=2, dataloader_type="random"), "dataloader_type"),
+        (dict(micro_batch_size=2, dataloader_type="elastic"), "global_batch_size"),
+        (dict(micro_batch_size=2, num_workers=-1), "num_workers"),
+        (dict(micro_batch_size=2, consumed_samples=10**9), "consumed_samples"),
+    ],
+)
 def test_bad_arguments_are_config_errors(blend: Any, kwargs: dict, word: str) -> None:
     consumed = kwargs.pop("consumed_samples", 0)
     with pytest.raises(ConfigError, match=word):
@@ -132,8 +162,11 @@ def test_single_ends_and_cyclic_goes_on(tmp_path: Path) -> None:
     single = build_pretraining_data_loader(data, 0, micro_batch_size=2, data_parallel_size=2)
     assert [seen(b) for b in single] == [[0, 1], [4, 5]]
     assert list(single) == []  # the state is at the end: no silent second epoch
-    cyclic = iter(build_pretraining_data_loader(data, 0, dataloader_type="cyclic",
-                                                micro_batch_size=2, data_parallel_size=2))
+    cyclic = iter(
+        build_pretraining_data_loader(
+            data, 0, dataloader_type="cyclic", micro_batch_size=2, data_parallel_size=2
+        )
+    )
     assert len([next(cyclic) for _ in range(9)]) == 9
 
 

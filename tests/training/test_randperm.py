@@ -38,11 +38,13 @@ def test_threshold_is_torchs() -> None:
     assert SMALL_N_LIMIT == 214748364 == (2**32 - 1) // 20
 
 
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(n=st.integers(1, 400), seed=st.integers(0, 2**40), limit=st.integers(0, 400))
-def test_kernel_equals_reference_in_both_branches(monkeypatch: pytest.MonkeyPatch, n: int,
-                                                  seed: int, limit: int) -> None:
+def test_kernel_equals_reference_in_both_branches(
+    monkeypatch: pytest.MonkeyPatch, n: int, seed: int, limit: int
+) -> None:
     """Lowering the threshold runs the 64-bit (inside-out) branch on small n."""
     with monkeypatch.context() as patch:
         patch.setattr(randperm_module, "SMALL_N_LIMIT", limit)
@@ -56,8 +58,9 @@ def test_without_numba(monkeypatch: pytest.MonkeyPatch) -> None:
     numpy.testing.assert_array_equal(randperm(500, 3), torch_randperm(500, 3))
 
 
-@pytest.mark.parametrize("n, dtype", [(-1, numpy.int64), (1.5, numpy.int64), (300, numpy.int8),
-                                      (10, numpy.float32)])
+@pytest.mark.parametrize(
+    "n, dtype", [(-1, numpy.int64), (1.5, numpy.int64), (300, numpy.int8), (10, numpy.float32)]
+)
 def test_bad_arguments(n: object, dtype: object) -> None:
     with pytest.raises(ConfigError):
         randperm(n, 0, dtype)  # type: ignore[arg-type]

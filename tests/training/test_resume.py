@@ -15,22 +15,31 @@ torch = pytest.importorskip("torch")
 
 KINDS: dict[str, dict[str, Any]] = {
     "single": dict(dataloader_type="single"),
-    "single-hybrid": dict(dataloader_type="single", hybrid_context_parallel=True,
-                          global_batch_size=8),
+    "single-hybrid": dict(
+        dataloader_type="single", hybrid_context_parallel=True, global_batch_size=8
+    ),
     "cyclic-sharded": dict(dataloader_type="cyclic", data_sharding=True),
     "cyclic-unsharded": dict(dataloader_type="cyclic", data_sharding=False),
     # mbs 1, dp 4, 30 samples: rank 0 yields 8 batches (32 samples) per 28-sample epoch,
     # so Megatron's consumed_samples drifts into the next epoch
-    "cyclic-unsharded-drift": dict(dataloader_type="cyclic", data_sharding=False,
-                                   micro_batch_size=1, data_parallel_rank=0,
-                                   data_parallel_size=4),
+    "cyclic-unsharded-drift": dict(
+        dataloader_type="cyclic",
+        data_sharding=False,
+        micro_batch_size=1,
+        data_parallel_rank=0,
+        data_parallel_size=4,
+    ),
     "elastic": dict(dataloader_type="elastic", global_batch_size=8, seed=11),
 }
 
 
 def make(data: Any, kind: str, workers: int = 0, rank: int = 1, dp: int = 2, **extra: Any) -> Any:
-    kwargs = dict(dict(micro_batch_size=2, data_parallel_rank=rank, data_parallel_size=dp),
-                  **KINDS[kind], num_workers=workers, **extra)
+    kwargs = dict(
+        dict(micro_batch_size=2, data_parallel_rank=rank, data_parallel_size=dp),
+        **KINDS[kind],
+        num_workers=workers,
+        **extra,
+    )
     return build_pretraining_data_loader(data, 0, **kwargs)
 
 
@@ -83,8 +92,9 @@ def test_exact_resume_with_live_workers_across_epochs(kind: str) -> None:
 def test_megatron_consumed_samples_still_resumes(tmp_path: Any) -> None:
     """A Megatron checkpoint's consumed_samples gives Megatron's next batches."""
     data = IndexDataset(64)
-    kind = dict(KINDS["cyclic-sharded"], micro_batch_size=2, data_parallel_rank=1,
-                data_parallel_size=2)
+    kind = dict(
+        KINDS["cyclic-sharded"], micro_batch_size=2, data_parallel_rank=1, data_parallel_size=2
+    )
     continuous = take(iter(build_pretraining_data_loader(data, 0, **kind)), 12)
     resumed = take(iter(build_pretraining_data_loader(data, 20, **kind)), 7)
     assert resumed == continuous[5:12]
@@ -97,8 +107,11 @@ def test_elastic_resume_at_another_dp(new_dp: int) -> None:
     def global_batches(loaders: list, count: int) -> list:
         its = [iter(loader) for loader in loaders]
         steps = 8 // (2 * len(loaders))
-        return [sorted(sum((indices(next(it)) for _ in range(steps) for it in its), []))
-                for _ in range(count)]
+        return [
+            sorted(sum((indices(next(it)) for _ in range(steps) for it in its), []))
+            for _ in range(count)
+        ]
+
     old = [make(data, "elastic", rank=r, dp=2) for r in range(2)]
     continuous = global_batches([make(data, "elastic", rank=r, dp=2) for r in range(2)], 9)
     head = global_batches(old, 3)
@@ -144,14 +157,21 @@ def test_random_seed_dataset_epoch_reaches_workers() -> None:
 
     def run(workers: int) -> list:
         loader = build_pretraining_data_loader(
-            data, 0, dataloader_type="cyclic", micro_batch_size=2, num_workers=workers,
-            multiprocessing_context="fork" if workers else None)
+            data,
+            0,
+            dataloader_type="cyclic",
+            micro_batch_size=2,
+            num_workers=workers,
+            multiprocessing_context="fork" if workers else None,
+        )
         iterator = iter(loader)
         return [(loader.batch_sampler.epoch, next(iterator)["tokens"].tolist()) for _ in range(12)]
+
     main, workers = run(0), run(2)
     assert [tokens for _, tokens in main] == [tokens for _, tokens in workers]
-    sampler = build_pretraining_data_loader(data, 0, dataloader_type="cyclic",
-                                            micro_batch_size=2).batch_sampler
+    sampler = build_pretraining_data_loader(
+        data, 0, dataloader_type="cyclic", micro_batch_size=2
+    ).batch_sampler
     order = [b for _ in range(3) for b in sampler]
     for step, (_, tokens) in enumerate(workers):
         epoch = step // 4

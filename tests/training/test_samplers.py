@@ -22,8 +22,9 @@ from tokenloom.training import (
 
 def global_batches(total: int, mbs: int, gbs: int, dp: int, consumed: int, steps: int) -> list:
     """The sets of samples of ``steps`` global batches seen by all ranks together."""
-    ranks = [iter(ElasticPretrainingSampler(total, consumed, mbs, gbs, r, dp, seed=3))
-             for r in range(dp)]
+    ranks = [
+        iter(ElasticPretrainingSampler(total, consumed, mbs, gbs, r, dp, seed=3)) for r in range(dp)
+    ]
     result = []
     for _ in range(steps):
         chunk = []
@@ -54,23 +55,40 @@ def test_elastic_epochs_are_permutations() -> None:
 
 def test_megatron_sharded_order_depends_on_dp() -> None:
     """The documented Megatron behaviour the elastic mode fixes."""
+
     def first_step(dp: int) -> list:
-        return sorted(sum((next(iter(MegatronPretrainingRandomSampler(
-            None, 64, 0, 16 // dp, r, dp, True))) for r in range(dp)), []))
+        return sorted(
+            sum(
+                (
+                    next(iter(MegatronPretrainingRandomSampler(None, 64, 0, 16 // dp, r, dp, True)))
+                    for r in range(dp)
+                ),
+                [],
+            )
+        )
+
     assert first_step(2) != first_step(4)
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    (dict(micro_batch_size=0), "micro_batch_size"),
-    (dict(data_parallel_rank=2), "data_parallel_rank"),
-    (dict(consumed_samples=10), "consumed_samples"),
-    (dict(total_samples=0), "total_samples"),
-    (dict(data_parallel_size=0), "data_parallel_size"),
-    (dict(micro_batch_size=True), "micro_batch_size"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        (dict(micro_batch_size=0), "micro_batch_size"),
+        (dict(data_parallel_rank=2), "data_parallel_rank"),
+        (dict(consumed_samples=10), "consumed_samples"),
+        (dict(total_samples=0), "total_samples"),
+        (dict(data_parallel_size=0), "data_parallel_size"),
+        (dict(micro_batch_size=True), "micro_batch_size"),
+    ],
+)
 def test_errors_name_the_argument(kwargs: dict, word: str) -> None:
-    args: dict[str, Any] = dict(total_samples=10, consumed_samples=0, micro_batch_size=1,
-                                data_parallel_rank=0, data_parallel_size=2)
+    args: dict[str, Any] = dict(
+        total_samples=10,
+        consumed_samples=0,
+        micro_batch_size=1,
+        data_parallel_rank=0,
+        data_parallel_size=2,
+    )
     args.update(kwargs)
     with pytest.raises(ConfigError, match=word):
         MegatronPretrainingSampler(**args)
@@ -90,8 +108,9 @@ def test_random_sampler_pickles_without_its_permutation() -> None:
     next(iter(sampler))
     assert len(pickle.dumps(sampler)) < 2000
     copy = pickle.loads(pickle.dumps(sampler))
-    assert list(copy)[0] == list(MegatronPretrainingRandomSampler(
-        None, 100_000, 8, 4, 0, 2, False))[0]
+    assert (
+        list(copy)[0] == list(MegatronPretrainingRandomSampler(None, 100_000, 8, 4, 0, 2, False))[0]
+    )
 
 
 class Noisy:

@@ -40,8 +40,10 @@ def test_sequential_samplers(case: dict) -> None:
     cls = BUILDERS[case["sampler"]]
     dp = case["data_parallel_size"]
     for record in case["per_rank"]:
+
         def build(record: dict = record) -> Any:
             return cls(**case["args"], data_parallel_rank=record["rank"], data_parallel_size=dp)
+
         if "error" in record:
             _expect_error(record, lambda: list(build()))
             continue
@@ -54,9 +56,12 @@ def test_sequential_samplers(case: dict) -> None:
 def test_random_sampler_three_passes(case: dict) -> None:
     dp = case["data_parallel_size"]
     for record in case["per_rank"]:
+
         def build(record: dict = record) -> MegatronPretrainingRandomSampler:
             return MegatronPretrainingRandomSampler(
-                None, **case["args"], data_parallel_rank=record["rank"], data_parallel_size=dp)
+                None, **case["args"], data_parallel_rank=record["rank"], data_parallel_size=dp
+            )
+
         if "error" in record:
             assert record.get("pass_index", 0) == 0 and not record["passes"]
             _expect_error(record, lambda: list(build()))

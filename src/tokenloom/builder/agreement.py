@@ -16,16 +16,24 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from tokenloom.distributed.rank0 import Communicator, get_communicator
 from tokenloom.errors import DistributedError
 
-NODE_LOCAL_FIELDS = frozenset({
-    "path_to_cache", "object_storage_cache_path", "num_dataset_builder_threads",
-    "mmap_bin_files", "fast_cache_load", "defer_npy_index_mmap", "sequences_per_dataset",
-    "token_dtype_code",
-})
+NODE_LOCAL_FIELDS = frozenset(
+    {
+        "path_to_cache",
+        "object_storage_cache_path",
+        "num_dataset_builder_threads",
+        "mmap_bin_files",
+        "fast_cache_load",
+        "defer_npy_index_mmap",
+        "sequences_per_dataset",
+        "token_dtype_code",
+    }
+)
 """Config fields that may differ between ranks: where files live, how they are read."""
 
 _TOKENIZER_FIELDS = ("vocab_size", "eod", "pad", "bos")
@@ -57,18 +65,21 @@ def _describe_object(value: Any) -> Any:
     return described
 
 
-def sample_fingerprint(config: Any, sizes: Sequence[Optional[int]], cls: type) -> List[
-        Tuple[str, Any]]:
+def sample_fingerprint(
+    config: Any, sizes: Sequence[Optional[int]], cls: type
+) -> list[tuple[str, Any]]:
     """``(field, value)`` pairs of everything rank-independent that shapes the samples."""
-    items: List[Tuple[str, Any]] = [("dataset class", cls.__name__),
-                                    ("sizes", _canonical(list(sizes)))]
+    items: list[tuple[str, Any]] = [
+        ("dataset class", cls.__name__),
+        ("sizes", _canonical(list(sizes))),
+    ]
     for config_field in dataclasses.fields(config):
         if config_field.name not in NODE_LOCAL_FIELDS:
             items.append((config_field.name, _canonical(getattr(config, config_field.name))))
     return items
 
 
-def _first_difference(mine: List[Tuple[str, Any]], theirs: List[Tuple[str, Any]]):
+def _first_difference(mine: list[tuple[str, Any]], theirs: list[tuple[str, Any]]):
     for (name, value), (other_name, other_value) in zip(mine, theirs):
         if name != other_name:
             return name, value, f"<field {other_name}>"
@@ -79,8 +90,11 @@ def _first_difference(mine: List[Tuple[str, Any]], theirs: List[Tuple[str, Any]]
     return None
 
 
-def check_ranks_agree(fingerprint: List[Tuple[str, Any]], comm: Optional[Communicator] = None,
-                      what: str = "the datasets") -> None:
+def check_ranks_agree(
+    fingerprint: list[tuple[str, Any]],
+    comm: Optional[Communicator] = None,
+    what: str = "the datasets",
+) -> None:
     """Raise on every rank when any rank's ``fingerprint`` differs from rank 0's."""
     comm = comm or get_communicator()
     if comm.world_size == 1 or comm.all_gather is None:
@@ -94,7 +108,8 @@ def check_ranks_agree(fingerprint: List[Tuple[str, Any]], comm: Optional[Communi
                 f"rank {comm.rank}: the ranks would build different {what}: {name} is "
                 f"{on_rank!r} on rank {rank} but {on_rank0!r} on rank 0. Every rank must pass "
                 "the same config, blend, sizes and seed (only node-local settings such as "
-                "path_to_cache may differ)")
+                "path_to_cache may differ)"
+            )
 
 
 __all__ = ["sample_fingerprint", "check_ranks_agree", "NODE_LOCAL_FIELDS"]

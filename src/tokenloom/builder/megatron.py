@@ -51,27 +51,35 @@ __all__ = ["BlendedMegatronDatasetBuilder", "get_size_per_split_per_dataset"]
 logger = logging.getLogger(__name__)
 
 
-def get_size_per_split_per_dataset(normalized_weights: Sequence[float],
-                                   target_size_per_split: Sequence[int],
-                                   surplus: float = 0.0) -> list[list[int]]:
+def get_size_per_split_per_dataset(
+    normalized_weights: Sequence[float], target_size_per_split: Sequence[int], surplus: float = 0.0
+) -> list[list[int]]:
     """Samples to request from each dataset for each split (megatron-core's arithmetic).
 
     ``[[ceil(ceil(size * weight) * (1 + surplus)) for size in sizes] for weight in weights]``
     """
     if not numpy.isclose(sum(normalized_weights), 1.0):
         raise ConfigError(f"weights {list(normalized_weights)} must be normalised to sum to 1")
-    return [[int(math.ceil(math.ceil(size * weight) * (1 + surplus)))
-             for size in target_size_per_split] for weight in normalized_weights]
+    return [
+        [int(math.ceil(math.ceil(size * weight) * (1 + surplus))) for size in target_size_per_split]
+        for weight in normalized_weights
+    ]
 
 
 def _check_sizes(sizes: Any) -> list[Optional[int]]:
-    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or len(sizes) != len(Split):
+    if (
+        isinstance(sizes, (str, bytes))
+        or not isinstance(sizes, Sequence)
+        or len(sizes) != len(Split)
+    ):
         raise ConfigError(
             f"sizes={sizes!r}: give one size per split (train, valid, test), each an integer "
-            f">= 0 or None, e.g. [1000, 100, None]")
+            f">= 0 or None, e.g. [1000, 100, None]"
+        )
     for split, size in zip(Split, sizes):
-        if size is not None and (isinstance(size, bool) or not isinstance(size, (int, numpy.integer))
-                                 or size < 0):
+        if size is not None and (
+            isinstance(size, bool) or not isinstance(size, (int, numpy.integer)) or size < 0
+        ):
             raise ConfigError(f"sizes[{split.name}]={size!r}: must be None or an integer >= 0")
     return [None if size is None else int(size) for size in sizes]
 
@@ -106,15 +114,24 @@ class BlendedMegatronDatasetBuilder:
             defaults to ``torch.distributed`` and ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``.
     """
 
-    def __init__(self, cls: type, sizes: Sequence[Optional[int]], is_built_on_rank: Callable[[], bool],
-                 config: Any, *, comm: Optional[Communicator] = None) -> None:
+    def __init__(
+        self,
+        cls: type,
+        sizes: Sequence[Optional[int]],
+        is_built_on_rank: Callable[[], bool],
+        config: Any,
+        *,
+        comm: Optional[Communicator] = None,
+    ) -> None:
         self.cls: type[Any] = _mock_class_if_needed(cls, config)
         self.sizes = _check_sizes(sizes)
         self.is_built_on_rank = is_built_on_rank
         self.config = config
         self.comm = comm
         self._start_keywords = accepts_start_keywords(self.cls)
-        logger.info("Building %s splits with sizes=%s and config=%s", cls.__name__, self.sizes, config)
+        logger.info(
+            "Building %s splits with sizes=%s and config=%s", cls.__name__, self.sizes, config
+        )
         if not config.mock:
             self._check_sizes_against_weights()
 
@@ -130,7 +147,8 @@ class BlendedMegatronDatasetBuilder:
                 raise ConfigError(
                     f"the {split.name} split has blend weights {blend[1]} but no size: weights "
                     f"need a number of samples to blend to. Give sizes[{split.value}] or drop the "
-                    f"weights (this happens with multiple validation sets whose blend has weights)")
+                    f"weights (this happens with multiple validation sets whose blend has weights)"
+                )
 
     # -- public ------------------------------------------------------------------------
     def build(self) -> list[Optional[Any]]:
@@ -144,7 +162,7 @@ class BlendedMegatronDatasetBuilder:
         with _cyclic_gc_paused():
             datasets = self._build_blended_dataset_splits()
         for dataset in datasets:
-            for item in (dataset if isinstance(dataset, list) else [dataset]):
+            for item in dataset if isinstance(dataset, list) else [dataset]:
                 self._verify(item)
         return datasets
 
@@ -161,7 +179,8 @@ class BlendedMegatronDatasetBuilder:
             raise CacheError(
                 f"{type(dataset).__name__} {getattr(dataset, 'dataset_path', '') or ''} has "
                 f"{len(dataset)} samples but {expected} were requested; its cached indices do "
-                f"not match the config: delete them from {self.config.path_to_cache} and rebuild")
+                f"not match the config: delete them from {self.config.path_to_cache} and rebuild"
+            )
 
     # -- the three configurations ------------------------------------------------------
     def _build_blended_dataset_splits(self) -> list[Optional[Any]]:
@@ -181,14 +200,21 @@ class BlendedMegatronDatasetBuilder:
         if weights is not None:
             weights = normalize(weights)
             target = get_size_per_split_per_dataset(weights, self._sizes_or_zero())
-            buffer = [list(row) for row in get_size_per_split_per_dataset(
-                weights, self._sizes_or_zero(), surplus=self.config.mid_level_dataset_surplus)]
+            buffer = [
+                list(row)
+                for row in get_size_per_split_per_dataset(
+                    weights, self._sizes_or_zero(), surplus=self.config.mid_level_dataset_surplus
+                )
+            ]
         else:
             buffer = [[None] * len(Split) for _ in prefixes]
         mid = self._build_megatron_datasets_parallel(prefixes, split, buffer)
-        return [None if split[i] is None else
-                self._build_top_level(mid[i], weights, target, i, self.sizes[i])
-                for i in range(len(Split))]
+        return [
+            None
+            if split[i] is None
+            else self._build_top_level(mid[i], weights, target, i, self.sizes[i])
+            for i in range(len(Split))
+        ]
 
     def _sizes_or_zero(self) -> list[int]:
         """The sizes with None as 0 (weights always come with sizes, so only unused splits)."""
@@ -215,9 +241,14 @@ class BlendedMegatronDatasetBuilder:
         else:
             weights = normalize(weights)
             target = get_size_per_split_per_dataset(weights, [s or 0 for s in sizes_spoof])
-            buffer = [list(row) for row in get_size_per_split_per_dataset(
-                weights, [s or 0 for s in sizes_spoof],
-                surplus=self.config.mid_level_dataset_surplus)]
+            buffer = [
+                list(row)
+                for row in get_size_per_split_per_dataset(
+                    weights,
+                    [s or 0 for s in sizes_spoof],
+                    surplus=self.config.mid_level_dataset_surplus,
+                )
+            ]
         mid = self._build_megatron_datasets_parallel(prefixes, split_spoof, buffer)[i]
         return self._build_top_level(mid, weights, target, i, self.sizes[i])
 
@@ -226,13 +257,21 @@ class BlendedMegatronDatasetBuilder:
         if self.config.full_validation and sizes_spoof[i] is not None:
             raise ConfigError(
                 f"full_validation builds one full epoch of every validation set, so the valid "
-                f"size must be None (got {sizes_spoof[i]})")
-        return [self._build_megatron_dataset_splits(prefix, split_spoof, sizes_spoof)[i]
-                for prefix in prefixes]
+                f"size must be None (got {sizes_spoof[i]})"
+            )
+        return [
+            self._build_megatron_dataset_splits(prefix, split_spoof, sizes_spoof)[i]
+            for prefix in prefixes
+        ]
 
-    def _build_top_level(self, datasets: list[Optional[Any]], weights: Optional[list[float]],
-                         target: Optional[list[list[int]]], i: int,
-                         size: Optional[int]) -> Optional[BlendedDataset]:
+    def _build_top_level(
+        self,
+        datasets: list[Optional[Any]],
+        weights: Optional[list[float]],
+        target: Optional[list[list[int]]],
+        i: int,
+        size: Optional[int],
+    ) -> Optional[BlendedDataset]:
         size_i: Optional[int]
         blend_weights: list[Union[int, float]]
         if weights is not None:
@@ -248,13 +287,17 @@ class BlendedMegatronDatasetBuilder:
             size_i = None if size is None else min(size, int(sum(blend_weights)))
         built: Optional[BlendedDataset] = self._on_ranks(
             lambda: BlendedDataset(datasets, blend_weights, size_i, self.config),
-            f"the {Split(i).name} BlendedDataset")
+            f"the {Split(i).name} BlendedDataset",
+        )
         return built
 
     # -- mid-level datasets ------------------------------------------------------------
-    def _build_megatron_datasets_parallel(self, prefixes: list[str], split: list[Optional[tuple]],
-                                          sizes_per_dataset: list[list[Optional[int]]]
-                                          ) -> list[list[Optional[Any]]]:
+    def _build_megatron_datasets_parallel(
+        self,
+        prefixes: list[str],
+        split: list[Optional[tuple]],
+        sizes_per_dataset: list[list[Optional[int]]],
+    ) -> list[list[Optional[Any]]]:
         """For each split, the mid-level dataset of every prefix (built in threads).
 
         With the start-up shortcut (:mod:`tokenloom.builder.startup`) the prefixes it
@@ -262,6 +305,7 @@ class BlendedMegatronDatasetBuilder:
         vouches for all of them nothing is left to wait for, so no threads are started.
         Small index caches go into one pack file (:class:`~tokenloom.cache.EntryPacker`).
         """
+
         def construct() -> list[list[Optional[Any]]]:
             directory = getattr(self.config, "path_to_cache", None)
             if not directory or not self._start_keywords:
@@ -272,8 +316,10 @@ class BlendedMegatronDatasetBuilder:
         def build(cache: Optional[IndexCache]) -> list[list[Optional[Any]]]:
             startup = Startup.for_blend(self.cls, self.config, prefixes)
             lows = [None if startup is None else startup.known(p) for p in prefixes]
-            jobs = [(self._construct_splits, prefix, split, sizes, low, startup, cache)
-                    for prefix, sizes, low in zip(prefixes, sizes_per_dataset, lows)]
+            jobs = [
+                (self._construct_splits, prefix, split, sizes, low, startup, cache)
+                for prefix, sizes, low in zip(prefixes, sizes_per_dataset, lows)
+            ]
             if startup is not None and all(low is not None for low in lows):
                 results = [job[0](*job[1:]) for job in jobs]
             else:
@@ -283,15 +329,19 @@ class BlendedMegatronDatasetBuilder:
                 startup.finish(d for column in per_split for d in column)
             return per_split
 
-        built = self._on_ranks(construct, f"the {self.cls.__name__} datasets of {len(prefixes)} prefixes")
+        built = self._on_ranks(
+            construct, f"the {self.cls.__name__} datasets of {len(prefixes)} prefixes"
+        )
         return built if built is not None else [[None] * len(prefixes) for _ in Split]
 
-    def _build_megatron_dataset_splits(self, dataset_path: Optional[str],
-                                       split: list[Optional[tuple]],
-                                       sizes: list[Optional[int]]) -> list[Optional[Any]]:
+    def _build_megatron_dataset_splits(
+        self, dataset_path: Optional[str], split: list[Optional[tuple]], sizes: list[Optional[int]]
+    ) -> list[Optional[Any]]:
         """Every split's mid-level dataset of one low-level dataset (rank 0 first)."""
-        built = self._on_ranks(lambda: self._construct_splits(dataset_path, split, sizes),
-                               f"the {self.cls.__name__} splits of {dataset_path or 'mock data'}")
+        built = self._on_ranks(
+            lambda: self._construct_splits(dataset_path, split, sizes),
+            f"the {self.cls.__name__} splits of {dataset_path or 'mock data'}",
+        )
         return built if built is not None else [None] * len(Split)
 
     def _in_threads(self, jobs: list[tuple]) -> list[Any]:
@@ -308,10 +358,15 @@ class BlendedMegatronDatasetBuilder:
                     future.cancel()
                 raise
 
-    def _construct_splits(self, dataset_path: Optional[str], split: list[Optional[tuple]],
-                          sizes: list[Optional[int]], low_level: Any = None,
-                          startup: Optional[Startup] = None,
-                          cache: Optional[IndexCache] = None) -> list[Optional[Any]]:
+    def _construct_splits(
+        self,
+        dataset_path: Optional[str],
+        split: list[Optional[tuple]],
+        sizes: list[Optional[int]],
+        low_level: Any = None,
+        startup: Optional[Startup] = None,
+        cache: Optional[IndexCache] = None,
+    ) -> list[Optional[Any]]:
         if low_level is None and startup is not None and dataset_path is not None:
             low_level = startup.open(self.cls, dataset_path)
         elif low_level is None:
@@ -329,14 +384,18 @@ class BlendedMegatronDatasetBuilder:
             if not fast:  # megatron-core skips the split indices under fast_cache_load
                 begin, end = split_document_range(bounds, num_elements)
                 indices = numpy.arange(begin, end, 1, dtype=numpy.int32)
-            datasets.append(self.cls(low_level, dataset_path, indices, sizes[i], member,
-                                     self.config, **keywords))
+            datasets.append(
+                self.cls(
+                    low_level, dataset_path, indices, sizes[i], member, self.config, **keywords
+                )
+            )
         if startup is not None:
             startup.release(low_level)
         return datasets
 
-    def _dataset_keywords(self, low_level: Any, startup: Optional[Startup],
-                          cache: Optional[IndexCache]) -> dict[str, Any]:
+    def _dataset_keywords(
+        self, low_level: Any, startup: Optional[Startup], cache: Optional[IndexCache]
+    ) -> dict[str, Any]:
         """The ``index_cache`` and ``warm_start`` keywords for a class that takes them."""
         if not self._start_keywords:
             return {}

@@ -77,20 +77,38 @@ def idx_path(prefix: str, absolute_prefix: Optional[str]) -> str:
 
 
 def _row(facts: PairFacts) -> Row:
-    return [*facts.idx_stat, facts.dtype_code, facts.sequence_count, facts.document_count,
-            f"{DIGEST_NAME}:{facts.idx_digest}"]
+    return [
+        *facts.idx_stat,
+        facts.dtype_code,
+        facts.sequence_count,
+        facts.document_count,
+        f"{DIGEST_NAME}:{facts.idx_digest}",
+    ]
 
 
 def _facts(prefix: str, path: str, row: object, bin_stat: os.stat_result) -> PairFacts:
-    if type(row) is not list or len(row) != 8 or not all(type(v) is int for v in row[:7]) \
-            or type(row[7]) is not str:
+    if (
+        type(row) is not list
+        or len(row) != 8
+        or not all(type(v) is int for v in row[:7])
+        or type(row[7]) is not str
+    ):
         raise ValueError(f"malformed entry {row!r}")
     name, _, digest = row[7].partition(":")
     if name != DIGEST_NAME:
         raise ValueError(f"digest by {name}, not {DIGEST_NAME}")
     size, mtime, ctime, inode, dtype_code, sequences, documents = row[:7]
-    return PairFacts(prefix, path, (size, mtime, ctime, inode), dtype_code, sequences,
-                     documents, digest, bin_stat.st_size, bin_stat.st_mtime_ns)
+    return PairFacts(
+        prefix,
+        path,
+        (size, mtime, ctime, inode),
+        dtype_code,
+        sequences,
+        documents,
+        digest,
+        bin_stat.st_size,
+        bin_stat.st_mtime_ns,
+    )
 
 
 class StartupMemo:
@@ -124,8 +142,9 @@ class StartupMemo:
         try:
             memo._files, memo._lengths = _parse(data)
         except (ValueError, KeyError, TypeError) as error:
-            logger.warning("start-up memo %s is corrupt (%s); ignoring it, it will be rewritten",
-                           path, error)
+            logger.warning(
+                "start-up memo %s is corrupt (%s); ignoring it, it will be rewritten", path, error
+            )
             memo._dirty = True
         return memo
 
@@ -173,15 +192,20 @@ class StartupMemo:
         if not self._dirty:
             return
         with self._lock:
-            body = json.dumps({"files": self._files, "lengths": self._lengths},
-                              separators=(",", ":")).encode("utf-8")
+            body = json.dumps(
+                {"files": self._files, "lengths": self._lengths}, separators=(",", ":")
+            ).encode("utf-8")
             self._dirty = False
         head = f"{MEMO_FORMAT} {hashlib.md5(body, usedforsecurity=False).hexdigest()}\n"
         try:
             atomic_write_bytes(self.path, head.encode("ascii") + body, durable=False)
         except OSError as error:
-            logger.warning("could not write the start-up memo %s (%s); the next start will "
-                           "open every prefix again", self.path, error)
+            logger.warning(
+                "could not write the start-up memo %s (%s); the next start will "
+                "open every prefix again",
+                self.path,
+                error,
+            )
 
 
 def _parse(data: bytes) -> tuple[dict[str, Row], dict[str, int]]:
@@ -193,7 +217,10 @@ def _parse(data: bytes) -> tuple[dict[str, Row], dict[str, int]]:
         raise ValueError("checksum mismatch (truncated or edited)")
     record = json.loads(body)
     files, lengths = record["files"], record["lengths"]
-    if not isinstance(files, dict) or not isinstance(lengths, dict) \
-            or not all(isinstance(n, int) and n >= 0 for n in lengths.values()):
+    if (
+        not isinstance(files, dict)
+        or not isinstance(lengths, dict)
+        or not all(isinstance(n, int) and n >= 0 for n in lengths.values())
+    ):
         raise ValueError("'files' and 'lengths' must be mappings")
     return files, lengths

@@ -32,7 +32,7 @@ import inspect
 import os
 import stat as stat_module
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional, Union
+from typing import Any, Optional, SupportsInt, Union
 
 from tokenloom.builder.memo import StartupMemo, memo_path, recordable
 from tokenloom.cache import CacheKey, describe, json_scalar
@@ -48,8 +48,17 @@ __all__ = ["SMALL_IDX_BYTES", "PrefixWarmStart", "Startup", "accepts_start_keywo
 
 SMALL_IDX_BYTES = 1 << 20
 """``.idx`` files up to this size are read whole (larger ones are memory-mapped)."""
-_UNIQUE_KEYS = ("class", "dataset_path", "num_samples", "index_split", "random_seed",
-                "sequence_length", "split", "split_matrix", "tokenizer")
+_UNIQUE_KEYS = (
+    "class",
+    "dataset_path",
+    "num_samples",
+    "index_split",
+    "random_seed",
+    "sequence_length",
+    "split",
+    "split_matrix",
+    "tokenizer",
+)
 
 
 def accepts_start_keywords(cls: type) -> bool:
@@ -68,27 +77,39 @@ class Startup:
         self.memo, self.config, self.exact_gpt = memo, config, exact_gpt
 
     @classmethod
-    def for_blend(cls, dataset_class: type, config: object,
-                  prefixes: list[str]) -> Optional[Startup]:
+    def for_blend(
+        cls, dataset_class: type, config: object, prefixes: list[str]
+    ) -> Optional[Startup]:
         """The shortcut for ``prefixes`` built as ``dataset_class``, or None where none
         applies (no ``path_to_cache``, mock data, object storage, or a class that
         opens its own low-level data)."""
-        if not isinstance(config, GPTDatasetConfig) or not config.path_to_cache \
-                or config.mock or not (isinstance(dataset_class, type)
-                                       and issubclass(dataset_class, GPTDataset)) \
-                or dataset_class.build_low_level_dataset is not GPTDataset.build_low_level_dataset \
-                or dataset_class.numel_low_level_dataset is not GPTDataset.numel_low_level_dataset \
-                or any(p is None or str(p).startswith(("s3://", "msc://")) for p in prefixes):
+        if (
+            not isinstance(config, GPTDatasetConfig)
+            or not config.path_to_cache
+            or config.mock
+            or not (isinstance(dataset_class, type) and issubclass(dataset_class, GPTDataset))
+            or dataset_class.build_low_level_dataset is not GPTDataset.build_low_level_dataset
+            or dataset_class.numel_low_level_dataset is not GPTDataset.numel_low_level_dataset
+            or any(p is None or str(p).startswith(("s3://", "msc://")) for p in prefixes)
+        ):
             return None
         absolute = {p: os.path.abspath(p) for p in prefixes}
         path = memo_path(config.path_to_cache, dataset_class.__name__, list(absolute.values()))
         return cls(StartupMemo.load(path, absolute), config, dataset_class is GPTDataset)
 
-    def _lazy(self, facts: PairFacts, index: Optional[IndexFile] = None,
-              opened: Optional[IndexedDataset] = None) -> LazyIndexedDataset:
-        return LazyIndexedDataset(facts, mmap=self.config.mmap_bin_files,
-                                  fast_cache_load=self.config.fast_cache_load,
-                                  index=index, opened=opened)
+    def _lazy(
+        self,
+        facts: PairFacts,
+        index: Optional[IndexFile] = None,
+        opened: Optional[IndexedDataset] = None,
+    ) -> LazyIndexedDataset:
+        return LazyIndexedDataset(
+            facts,
+            mmap=self.config.mmap_bin_files,
+            fast_cache_load=self.config.fast_cache_load,
+            index=index,
+            opened=opened,
+        )
 
     def known(self, prefix: str) -> Optional[LazyIndexedDataset]:
         """A lazy dataset for ``prefix`` when the memo vouches for it (and agrees with
@@ -97,13 +118,16 @@ class Startup:
         if facts is None:
             return None
         given = self.config.sequences_for(prefix)
-        if given is not None and (int(given[0]), int(given[1])) != (facts.sequence_count,
-                                                                    facts.document_count):
+        if given is not None and (int(given[0]), int(given[1])) != (
+            facts.sequence_count,
+            facts.document_count,
+        ):
             return None  # let IndexedDataset report the stale counts
         return self._lazy(facts)
 
-    def open(self, dataset_class: type[GPTDataset],
-             prefix: str) -> Union[IndexedDataset, LazyIndexedDataset]:
+    def open(
+        self, dataset_class: type[GPTDataset], prefix: str
+    ) -> Union[IndexedDataset, LazyIndexedDataset]:
         """``dataset_class.build_low_level_dataset(prefix, config)``, recording its facts
         (a small ``.idx`` is read in one call and the ``.bin`` left for later)."""
         light = self._open_small(prefix)
@@ -120,8 +144,9 @@ class Startup:
         self.memo.record_facts(facts)
         return self._lazy(facts, opened=dataset)
 
-    def _opened_facts(self, prefix: str, before: os.stat_result,
-                      dataset: IndexedDataset) -> Optional[PairFacts]:
+    def _opened_facts(
+        self, prefix: str, before: os.stat_result, dataset: IndexedDataset
+    ) -> Optional[PairFacts]:
         """The facts of an opened dataset whose ``.idx`` had ``before`` when opened; None
         when it changed meanwhile or is too recent to be told apart by its stat."""
         path = os.path.abspath(prefix + ".idx")
@@ -130,16 +155,26 @@ class Startup:
             after = os.stat(path)
         except OSError:
             return None
-        if identity is None or stat_key(after) != stat_key(before) \
-                or not recordable(after) \
-                or identity["idx"]["size"] != after.st_size \
-                or identity["idx"]["mtime_ns"] != after.st_mtime_ns:
+        if (
+            identity is None
+            or stat_key(after) != stat_key(before)
+            or not recordable(after)
+            or identity["idx"]["size"] != after.st_size
+            or identity["idx"]["mtime_ns"] != after.st_mtime_ns
+        ):
             return None
         bin_ = identity["bin"]
-        return PairFacts(prefix, path, stat_key(after), DType.code_from_dtype(dataset.dtype),
-                         len(dataset), int(dataset.document_indices.shape[0]),
-                         str(identity["idx"][DIGEST_NAME]), int(bin_["size"]),  # type: ignore[call-overload]
-                         int(bin_["mtime_ns"]))  # type: ignore[call-overload]
+        return PairFacts(
+            prefix,
+            path,
+            stat_key(after),
+            DType.code_from_dtype(dataset.dtype),
+            len(dataset),
+            int(dataset.document_indices.shape[0]),
+            str(identity["idx"][DIGEST_NAME]),
+            _identity_int(bin_["size"]),
+            _identity_int(bin_["mtime_ns"]),
+        )
 
     def _open_small(self, prefix: str) -> Optional[LazyIndexedDataset]:
         """A lazy dataset with its ``.idx`` parsed, recorded in the memo; None when the
@@ -157,16 +192,30 @@ class Startup:
             return None
         if not stat_module.S_ISREG(bin_stat.st_mode):
             return None
-        index = IndexFile(path, False, self.config.sequences_for(prefix), None,
-                          check_documents=not self.config.fast_cache_load, data=data)
+        index = IndexFile(
+            path,
+            False,
+            self.config.sequences_for(prefix),
+            None,
+            check_documents=not self.config.fast_cache_load,
+            data=data,
+        )
         header = index.header
-        if header.sequence_count and bin_stat.st_size < int(index.pointers[-1]) + \
-                int(index.lengths[-1]) * DType.size(header.dtype):
+        if header.sequence_count and bin_stat.st_size < int(index.pointers[-1]) + int(
+            index.lengths[-1]
+        ) * DType.size(header.dtype):
             return None  # a short .bin: the full open names it
-        facts = PairFacts(prefix, path, stat_key(idx_stat), DType.code_from_dtype(header.dtype),
-                          header.sequence_count, header.document_count,
-                          idx_digest(path, idx_stat, data), bin_stat.st_size,
-                          bin_stat.st_mtime_ns)
+        facts = PairFacts(
+            prefix,
+            path,
+            stat_key(idx_stat),
+            DType.code_from_dtype(header.dtype),
+            header.sequence_count,
+            header.document_count,
+            idx_digest(path, idx_stat, data),
+            bin_stat.st_size,
+            bin_stat.st_mtime_ns,
+        )
         self.memo.record_facts(facts)
         return self._lazy(facts, index=index)
 
@@ -186,10 +235,20 @@ class Startup:
     def finish(self, datasets: Iterable[object]) -> None:
         """Record the length of every dataset whose cached indices are loaded; save."""
         for dataset in datasets:
-            if isinstance(dataset, GPTDataset) and dataset.cache_key is not None \
-                    and dataset.indices_loaded:
+            if (
+                isinstance(dataset, GPTDataset)
+                and dataset.cache_key is not None
+                and dataset.indices_loaded
+            ):
                 self.memo.record_length(dataset.cache_key.stem, len(dataset))
         self.memo.save()
+
+
+def _identity_int(value: object) -> int:
+    """``int(value)`` of a size or mtime of a file identity (``os.stat`` gives ints)."""
+    if not isinstance(value, SupportsInt):
+        raise TypeError(f"file identity field {value!r} is not an integer")
+    return int(value)
 
 
 def _read_small(path: str) -> Optional[tuple[bytes, os.stat_result]]:
@@ -235,11 +294,13 @@ class PrefixWarmStart:
         if not isinstance(config, GPTDatasetConfig):
             return None
         middle = _middle_description(ids, config, dataset.drop_last_partial_sequence)
-        text = (f'{{"class":{json_scalar(ids["class"])},"dataset_path":'
-                f'{json_scalar(ids["dataset_path"])},"num_samples":'
-                f'{json_scalar(ids["num_samples"])},"index_split":'
-                f'{json_scalar(ids["index_split"])},{middle[1:-1]},"sequence_count":'
-                f'{json_scalar(self.facts.sequence_count)},"data":{identity_json(self.facts)}}}')
+        text = (
+            f'{{"class":{json_scalar(ids["class"])},"dataset_path":'
+            f'{json_scalar(ids["dataset_path"])},"num_samples":'
+            f'{json_scalar(ids["num_samples"])},"index_split":'
+            f'{json_scalar(ids["index_split"])},{middle[1:-1]},"sequence_count":'
+            f'{json_scalar(self.facts.sequence_count)},"data":{identity_json(self.facts)}}}'
+        )
         return CacheKey.from_description(type(dataset).__name__, dataset.index_split.name, text)
 
     def known_length(self, key: CacheKey) -> Optional[int]:
@@ -251,13 +312,14 @@ def identity_json(facts: PairFacts) -> str:
     """``describe(facts.file_identity())``, written directly (sizes and times are ints,
     the digest a str: see ``test_builder_warm_keys``)."""
     size, mtime = facts.idx_stat[0], facts.idx_stat[1]
-    return (f'{{"idx":{{"size":{size},"mtime_ns":{mtime},{json_scalar(DIGEST_NAME)}:'
-            f'{json_scalar(facts.idx_digest)}}},"bin":{{"size":{json_scalar(facts.bin_size)},'
-            f'"mtime_ns":{json_scalar(facts.bin_mtime_ns)}}}}}')
+    return (
+        f'{{"idx":{{"size":{size},"mtime_ns":{mtime},{json_scalar(DIGEST_NAME)}:'
+        f'{json_scalar(facts.idx_digest)}}},"bin":{{"size":{json_scalar(facts.bin_size)},'
+        f'"mtime_ns":{json_scalar(facts.bin_mtime_ns)}}}}}'
+    )
 
 
-def _middle_description(ids: Mapping[str, Any], config: GPTDatasetConfig,
-                        drop_last: bool) -> str:
+def _middle_description(ids: Mapping[str, Any], config: GPTDatasetConfig, drop_last: bool) -> str:
     """The config part of a GPT cache description (the same for every prefix of a blend),
     remembered by the exact values it is made of; the tokenizer identity is compared by
     value (a copy is kept), so a changed tokenizer is never described by an old text."""
@@ -265,18 +327,27 @@ def _middle_description(ids: Mapping[str, Any], config: GPTDatasetConfig,
     extra = bool(config.add_extra_token_to_sequence)
     key: Optional[tuple[str, bool, bool]]
     try:  # repr tells 4096 from 4096.0, True and numpy.int64(4096): a type change misses
-        key = (repr((ids["random_seed"], ids["sequence_length"], ids["split"],
-                     ids["split_matrix"])), extra, drop_last)
+        key = (
+            repr((ids["random_seed"], ids["sequence_length"], ids["split"], ids["split_matrix"])),
+            extra,
+            drop_last,
+        )
         known = GPT_DESCRIPTION_MIDDLES.get(key)
-        if isinstance(known, tuple) and type(known[0]) is type(tokenizer) \
-                and known[0] == tokenizer:
+        if isinstance(known, tuple) and type(known[0]) is type(tokenizer) and known[0] == tokenizer:
             return str(known[1])
     except (TypeError, ValueError):  # unhashable or incomparable values: no memo
         key = None
-    text = describe({
-        "random_seed": ids["random_seed"], "sequence_length": ids["sequence_length"],
-        "split": ids["split"], "split_matrix": ids["split_matrix"], "tokenizer": tokenizer,
-        "add_extra_token_to_sequence": extra, "drop_last_partial_sequence": drop_last})
+    text = describe(
+        {
+            "random_seed": ids["random_seed"],
+            "sequence_length": ids["sequence_length"],
+            "split": ids["split"],
+            "split_matrix": ids["split_matrix"],
+            "tokenizer": tokenizer,
+            "add_extra_token_to_sequence": extra,
+            "drop_last_partial_sequence": drop_last,
+        }
+    )
     if key is not None:
         try:
             GPT_DESCRIPTION_MIDDLES.put(key, (copy.deepcopy(tokenizer), text))

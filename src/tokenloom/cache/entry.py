@@ -39,8 +39,18 @@ from tokenloom.atomic import atomic_open
 from tokenloom.cache.keys import CacheKey, describe, description_hash
 from tokenloom.format._mapping import map_readonly
 
-__all__ = ["CACHE_FORMAT", "Corrupt", "RawJSON", "crc32", "entry_bytes", "entry_record",
-           "write_entry", "read_record", "open_arrays", "read_entry"]
+__all__ = [
+    "CACHE_FORMAT",
+    "Corrupt",
+    "RawJSON",
+    "crc32",
+    "entry_bytes",
+    "entry_record",
+    "write_entry",
+    "read_record",
+    "open_arrays",
+    "read_entry",
+]
 
 CACHE_FORMAT = "tokenloom-index-cache/3"
 
@@ -62,12 +72,13 @@ def crc32(array: numpy.ndarray) -> int:
     flat = numpy.ascontiguousarray(array).reshape(-1).view(numpy.uint8)
     crc = 0
     for start in range(0, flat.size, 1 << 26):
-        crc = zlib.crc32(flat[start: start + (1 << 26)].data, crc)
+        crc = zlib.crc32(flat[start : start + (1 << 26)].data, crc)
     return crc
 
 
-def write_entry(path: str, record: OrderedDict[str, object],
-                arrays: Mapping[str, numpy.ndarray]) -> None:
+def write_entry(
+    path: str, record: OrderedDict[str, object], arrays: Mapping[str, numpy.ndarray]
+) -> None:
     """Write ``record`` (the header, completed with the arrays' metadata and the file
     size) and ``arrays`` to ``path`` atomically (not fsynced: a cache is rebuildable and
     validated on every read)."""
@@ -83,14 +94,21 @@ def entry_bytes(record: OrderedDict[str, object], arrays: Mapping[str, numpy.nda
 
 def entry_record(key: CacheKey, checks: Optional[Mapping[str, object]]) -> OrderedDict[str, object]:
     """The header of the entry of ``key`` (the arrays' metadata is added on writing)."""
-    return OrderedDict([("format", CACHE_FORMAT), ("class", key.class_name),
-                        ("split", key.split_name), ("hash", key.hash),
-                        ("description", RawJSON(key.description)),
-                        ("checks", dict(checks or {}))])
+    return OrderedDict(
+        [
+            ("format", CACHE_FORMAT),
+            ("class", key.class_name),
+            ("split", key.split_name),
+            ("hash", key.hash),
+            ("description", RawJSON(key.description)),
+            ("checks", dict(checks or {})),
+        ]
+    )
 
 
-def entry_chunks(record: OrderedDict[str, object],
-                 arrays: Mapping[str, numpy.ndarray]) -> list[Union[bytes, memoryview]]:
+def entry_chunks(
+    record: OrderedDict[str, object], arrays: Mapping[str, numpy.ndarray]
+) -> list[Union[bytes, memoryview]]:
     """The pieces of an entry file, in order: prefix, header, padding, arrays."""
     contiguous = {name: numpy.ascontiguousarray(array) for name, array in arrays.items()}
     meta: list[str] = []
@@ -101,9 +119,11 @@ def entry_chunks(record: OrderedDict[str, object],
         offset = _aligned(end) if nbytes else 0
         # the JSON of {"dtype", "shape", "nbytes", "crc32", "offset"}, written directly
         shape = ",".join(str(int(n)) for n in array.shape)
-        meta.append(f'{encode_basestring_ascii(name)}:{{"dtype":'
-                    f'{encode_basestring_ascii(array.dtype.str)},"shape":[{shape}],'
-                    f'"nbytes":{nbytes},"crc32":{crc32(array)},"offset":{offset}}}')
+        meta.append(
+            f'{encode_basestring_ascii(name)}:{{"dtype":'
+            f'{encode_basestring_ascii(array.dtype.str)},"shape":[{shape}],'
+            f'"nbytes":{nbytes},"crc32":{crc32(array)},"offset":{offset}}}'
+        )
         offsets.append(offset)
         end = max(end, offset + nbytes)
     record = OrderedDict(record)
@@ -111,8 +131,11 @@ def entry_chunks(record: OrderedDict[str, object],
     record["data_bytes"] = end  # no padding after the last array: every byte is checked
     header = _encode(record)
     start = _aligned(_PREFIX.size + len(header))
-    chunks: list[Union[bytes, memoryview]] = [_PREFIX.pack(MAGIC, len(header), zlib.crc32(header), 0), header,
-              bytes(start - _PREFIX.size - len(header))]
+    chunks: list[Union[bytes, memoryview]] = [
+        _PREFIX.pack(MAGIC, len(header), zlib.crc32(header), 0),
+        header,
+        bytes(start - _PREFIX.size - len(header)),
+    ]
     written = 0
     for offset, array in zip(offsets, contiguous.values()):
         if not array.nbytes:
@@ -132,15 +155,19 @@ def _encode(record: Mapping[str, object]) -> bytes:
     (a cache key's description is JSON text already)."""
     plain = {name: value for name, value in record.items() if not isinstance(value, RawJSON)}
     text = json.dumps(plain, separators=(",", ":"))
-    raw = "".join(f",{json.dumps(name)}:{value}" for name, value in record.items()
-                  if isinstance(value, RawJSON))
+    raw = "".join(
+        f",{json.dumps(name)}:{value}"
+        for name, value in record.items()
+        if isinstance(value, RawJSON)
+    )
     if raw and text == "{}":
         return ("{" + raw[1:] + "}").encode("utf-8")
     return (text[:-1] + raw + "}").encode("utf-8")
 
 
-def read_record(handle: IO[bytes], path: str,
-                size: Optional[int] = None) -> tuple[dict[str, object], int]:
+def read_record(
+    handle: IO[bytes], path: str, size: Optional[int] = None
+) -> tuple[dict[str, object], int]:
     """``(header, data start)`` of the open cache file ``handle`` (of ``size`` bytes, by
     default its ``fstat`` size); Corrupt when the magic, header length or header CRC is
     wrong or the size disagrees."""
@@ -170,8 +197,9 @@ def read_record(handle: IO[bytes], path: str,
     return record, start
 
 
-def _recorded(path: str, name: str, meta: object,
-              data_bytes: int) -> tuple[numpy.dtype, tuple[int, ...], int, int, int]:
+def _recorded(
+    path: str, name: str, meta: object, data_bytes: int
+) -> tuple[numpy.dtype, tuple[int, ...], int, int, int]:
     """(dtype, shape, nbytes, crc32, offset) recorded for array ``name``, checked for
     consistency (shape times itemsize is nbytes, the extent lies inside the data)."""
     try:
@@ -183,16 +211,31 @@ def _recorded(path: str, name: str, meta: object,
     except (KeyError, TypeError, ValueError) as error:
         raise Corrupt(f"{path}: the entry of array {name!r} is malformed ({error!r})") from None
     count = int(numpy.prod(shape, dtype=numpy.int64))
-    if dtype.hasobject or min(shape, default=0) < 0 or count * dtype.itemsize != nbytes \
-            or offset < 0 or offset % _ALIGN or offset + nbytes > data_bytes:
-        raise Corrupt(f"{path}: array {name!r} is recorded as {dtype}{shape} ({nbytes} bytes at "
-                      f"{offset}), which does not fit the file")
+    if (
+        dtype.hasobject
+        or min(shape, default=0) < 0
+        or count * dtype.itemsize != nbytes
+        or offset < 0
+        or offset % _ALIGN
+        or offset + nbytes > data_bytes
+    ):
+        raise Corrupt(
+            f"{path}: array {name!r} is recorded as {dtype}{shape} ({nbytes} bytes at "
+            f"{offset}), which does not fit the file"
+        )
     return dtype, shape, nbytes, crc, offset
 
 
-def open_arrays(handle: IO[bytes], path: str, record: Mapping[str, object], start: int,
-                names: list[str], mmap: bool, verify: str,
-                buffer: Optional[bytes] = None) -> dict[str, numpy.ndarray]:
+def open_arrays(
+    handle: IO[bytes],
+    path: str,
+    record: Mapping[str, object],
+    start: int,
+    names: list[str],
+    mmap: bool,
+    verify: str,
+    buffer: Optional[bytes] = None,
+) -> dict[str, numpy.ndarray]:
     """The arrays ``names`` of the open cache file (memory-mapped, or read); with
     ``buffer`` (the whole entry, in memory) views of it."""
     recorded = record.get("arrays")
@@ -212,8 +255,11 @@ def open_arrays(handle: IO[bytes], path: str, record: Mapping[str, object], star
             if mapped is None:
                 mapped = map_readonly(handle, start + data_bytes)
             array = numpy.frombuffer(
-                mapped, dtype=dtype, count=nbytes // dtype.itemsize,  # type: ignore[call-overload]
-                offset=start + offset).reshape(shape)
+                mapped,
+                dtype=dtype,
+                count=nbytes // dtype.itemsize,  # type: ignore[call-overload]
+                offset=start + offset,
+            ).reshape(shape)
         else:
             array = numpy.empty(shape, dtype=dtype)
             handle.seek(start + offset)
@@ -225,9 +271,16 @@ def open_arrays(handle: IO[bytes], path: str, record: Mapping[str, object], star
     return arrays
 
 
-def read_entry(handle: IO[bytes], path: str, key: CacheKey, names: Iterable[str], mmap: bool,
-               verify: str, checks: Optional[Mapping[str, object]],
-               data: Optional[bytes] = None) -> Optional[dict[str, numpy.ndarray]]:
+def read_entry(
+    handle: IO[bytes],
+    path: str,
+    key: CacheKey,
+    names: Iterable[str],
+    mmap: bool,
+    verify: str,
+    checks: Optional[Mapping[str, object]],
+    data: Optional[bytes] = None,
+) -> Optional[dict[str, numpy.ndarray]]:
     """The arrays of the entry open as ``handle`` (``data``: its bytes, already in
     memory), or None when its ``checks`` differ; Corrupt when it is damaged or does
     not belong to ``key``."""
@@ -243,8 +296,11 @@ def _check_record(path: str, record: Mapping[str, object], key: CacheKey) -> Non
     if record.get("format") != CACHE_FORMAT:
         raise Corrupt(f"{path}: not a {CACHE_FORMAT} cache file")
     description = record.get("description")
-    if record.get("hash") != key.hash or not isinstance(description, dict) \
-            or description_hash(describe(description)) != key.hash:
+    if (
+        record.get("hash") != key.hash
+        or not isinstance(description, dict)
+        or description_hash(describe(description)) != key.hash
+    ):
         raise Corrupt(f"{path}: the description does not match the cache key")
 
 

@@ -51,11 +51,19 @@ class CachedIndices:
             they do not fit the dataset.
     """
 
-    def __init__(self, names: tuple[str, ...], cache: Optional[IndexCache],
-                 key: Optional[CacheKey], build: Callable[[], Arrays],
-                 where: Callable[[], str], *, checks: Optional[Mapping[str, object]] = None,
-                 verify: str = "checksum", can_build: bool = True,
-                 validate: Optional[Callable[[Arrays, str], None]] = None) -> None:
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        cache: Optional[IndexCache],
+        key: Optional[CacheKey],
+        build: Callable[[], Arrays],
+        where: Callable[[], str],
+        *,
+        checks: Optional[Mapping[str, object]] = None,
+        verify: str = "checksum",
+        can_build: bool = True,
+        validate: Optional[Callable[[Arrays, str], None]] = None,
+    ) -> None:
         self.names, self.cache, self.key = names, cache, key
         self.build, self.where = build, where
         self.checks = dict(checks) if checks else None
@@ -77,14 +85,22 @@ class CachedIndices:
         if cache is None or key is None:
             self._arrays = self.build()
             return
-        arrays = cache.lookup(key, self.names, verify=self.verify, checks=self.checks,
-                              on_corrupt="miss" if self.can_build else "raise")
+        arrays = cache.lookup(
+            key,
+            self.names,
+            verify=self.verify,
+            checks=self.checks,
+            on_corrupt="miss" if self.can_build else "raise",
+        )
         if arrays is None and not self.can_build:  # raises CacheError naming the file
             arrays = cache.load(key, self.names, verify=self.verify, checks=self.checks)
         if arrays is None:
             if cache.exists(key, self.names):
-                logger.warning("%s: index cache %s is damaged or stale; rebuilding it",
-                               self.where(), cache.description_path(key))
+                logger.warning(
+                    "%s: index cache %s is damaged or stale; rebuilding it",
+                    self.where(),
+                    cache.description_path(key),
+                )
             arrays = self.build()
             cache.store(key, arrays, checks=self.checks)
         else:
@@ -92,8 +108,14 @@ class CachedIndices:
         self._lazy = cache.lazy(key, self.names, checks=self.checks)
         self._arrays = {name: numpy.asarray(array) for name, array in arrays.items()}
 
-    def defer(self, *, verify: str = "size", expected_length: Optional[int] = None,
-              rebuild: bool = False, length_of: Optional[str] = None) -> None:
+    def defer(
+        self,
+        *,
+        verify: str = "size",
+        expected_length: Optional[int] = None,
+        rebuild: bool = False,
+        length_of: Optional[str] = None,
+    ) -> None:
         """Load the entry at the first :meth:`arrays` call (see the module docstring);
         ``length_of``: the array whose length ``expected_length`` is (the last name)."""
         if self.cache is None or self.key is None:
@@ -141,7 +163,8 @@ class CachedIndices:
             raise CacheError(
                 f"{self.where()}: the index cache {self.cache.description_path(self.key)} holds "
                 f"{found} samples but the start-up memo recorded {expected}; delete both from "
-                f"{self.cache.path_to_cache}")
+                f"{self.cache.path_to_cache}"
+            )
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)

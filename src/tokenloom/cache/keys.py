@@ -52,7 +52,9 @@ def _jsonable(obj: object) -> object:
         return os.fspath(obj)
     if isinstance(obj, (set, frozenset)):
         return sorted(obj, key=repr)
-    fields: OrderedDict[str, object] = OrderedDict([("class", f"{type(obj).__module__}.{type(obj).__qualname__}")])
+    fields: OrderedDict[str, object] = OrderedDict(
+        [("class", f"{type(obj).__module__}.{type(obj).__qualname__}")]
+    )
     for name, value in sorted(getattr(obj, "__dict__", {}).items()):
         if not name.startswith("_") and isinstance(value, (str, int, float, bool, type(None))):
             fields[name] = value  # stable, unlike a repr holding a memory address

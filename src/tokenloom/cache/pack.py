@@ -49,8 +49,19 @@ from tokenloom.atomic import atomic_open
 from tokenloom.errors import CacheError
 from tokenloom.process_caches import ABSOLUTE_PATHS, PACK_LISTINGS
 
-__all__ = ["PACK_DIR", "PACK_SUFFIX", "SMALL_ENTRY_BYTES", "EntryPacker", "Where",
-           "forget", "locate", "pack_entries", "read_entry", "read_table", "stems"]
+__all__ = [
+    "PACK_DIR",
+    "PACK_SUFFIX",
+    "SMALL_ENTRY_BYTES",
+    "EntryPacker",
+    "Where",
+    "forget",
+    "locate",
+    "pack_entries",
+    "read_entry",
+    "read_table",
+    "stems",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +110,13 @@ class EntryPacker:
         max_pending_bytes: a pack is written as soon as this much is queued.
     """
 
-    def __init__(self, path_to_cache: str, *, small_entry_bytes: int = SMALL_ENTRY_BYTES,
-                 max_pending_bytes: int = MAX_PENDING_BYTES) -> None:
+    def __init__(
+        self,
+        path_to_cache: str,
+        *,
+        small_entry_bytes: int = SMALL_ENTRY_BYTES,
+        max_pending_bytes: int = MAX_PENDING_BYTES,
+    ) -> None:
         self.directory = absolute(os.fspath(path_to_cache))
         self.small_entry_bytes, self.max_pending_bytes = small_entry_bytes, max_pending_bytes
         self._entries: dict[str, bytes] = {}
@@ -112,8 +128,12 @@ class EntryPacker:
     def __enter__(self) -> EntryPacker:
         return self
 
-    def __exit__(self, kind: Optional[type[BaseException]], error: Optional[BaseException],
-                 trace: Optional[TracebackType]) -> None:
+    def __exit__(
+        self,
+        kind: Optional[type[BaseException]],
+        error: Optional[BaseException],
+        trace: Optional[TracebackType],
+    ) -> None:
         with self._lock:
             self._closed = True  # nothing is queued from now on
         if kind is None:
@@ -172,7 +192,8 @@ class EntryPacker:
         except OSError as error:
             raise CacheError(
                 f"cannot write the index cache in {self.directory} ({error}); set "
-                "path_to_cache to a writable directory") from None
+                "path_to_cache to a writable directory"
+            ) from None
 
 
 def _new_pack_name() -> str:
@@ -188,11 +209,16 @@ def pack_entries(entries: dict[str, bytes]) -> bytes:
         rows.append((stem, body, len(data)))
         body = _aligned(body + len(data))
     body = rows[-1][1] + rows[-1][2] if rows else 0  # no padding after the last entry
-    text = json.dumps({"format": PACK_FORMAT, "body_bytes": body,
-                       "entries": [list(row) for row in rows]}, separators=(",", ":")).encode()
+    text = json.dumps(
+        {"format": PACK_FORMAT, "body_bytes": body, "entries": [list(row) for row in rows]},
+        separators=(",", ":"),
+    ).encode()
     start = _aligned(_PREFIX.size + len(text))
-    parts = [_PREFIX.pack(_MAGIC, len(text), zlib.crc32(text), 0), text,
-             bytes(start - _PREFIX.size - len(text))]
+    parts = [
+        _PREFIX.pack(_MAGIC, len(text), zlib.crc32(text), 0),
+        text,
+        bytes(start - _PREFIX.size - len(text)),
+    ]
     for (_, offset, length), data in zip(rows, entries.values()):
         parts.append(data)
         if offset + length < body:
@@ -263,8 +289,12 @@ def forget(directory: str, stem: str, where: Where, why: str) -> None:
             del listing.where[stem]
         listing.listed = None  # relist at the next miss: a rebuilt copy may be elsewhere
     if first:
-        logger.warning("index cache pack %s is damaged (%s); its damaged entries will be "
-                       "rebuilt once (delete it to silence this)", path, why)
+        logger.warning(
+            "index cache pack %s is damaged (%s); its damaged entries will be "
+            "rebuilt once (delete it to silence this)",
+            path,
+            why,
+        )
 
 
 def _stale(listing: PackListing) -> bool:
@@ -303,8 +333,7 @@ def _relist(listing: PackListing) -> None:
     listing.damaged = {p: d for p, d in listing.damaged.items() if p in present}
 
 
-def _table(listing: PackListing, path: str
-           ) -> Optional[tuple[StatKey, dict[str, tuple[int, int]]]]:
+def _table(listing: PackListing, path: str) -> Optional[tuple[StatKey, dict[str, tuple[int, int]]]]:
     """``(stat key, {stem: (offset, length)})`` of the pack at ``path``; None when it is
     gone or unusable (an unusable pack is warned about once while it is unchanged)."""
     try:
@@ -321,14 +350,17 @@ def _table(listing: PackListing, path: str
         entries, why, key = None, repr(error), (-1, -1, -1)
     listing.tables[path] = (key, entries)
     if entries is None:
-        logger.warning("index cache pack %s is damaged (%s); its entries will be rebuilt "
-                       "(delete it to silence this)", path, why)
+        logger.warning(
+            "index cache pack %s is damaged (%s); its entries will be rebuilt "
+            "(delete it to silence this)",
+            path,
+            why,
+        )
         return None
     return key, entries
 
 
-def read_table(handle: IO[bytes], size: int
-               ) -> tuple[Optional[dict[str, tuple[int, int]]], str]:
+def read_table(handle: IO[bytes], size: int) -> tuple[Optional[dict[str, tuple[int, int]]], str]:
     """``({stem: (absolute offset, length)}, "")`` of the open pack ``handle`` of
     ``size`` bytes, or ``(None, why)`` when it is damaged."""
     read = handle.read
@@ -342,8 +374,11 @@ def read_table(handle: IO[bytes], size: int
         body = int(record["body_bytes"])
         if record.get("format") != PACK_FORMAT or start + body != size:
             return None, f"{size} bytes, expected {start + body} (truncated?)"
-        entries = {str(s): (start + int(o), int(n)) for s, o, n in record["entries"]
-                   if 0 <= int(o) and int(o) + int(n) <= body}
+        entries = {
+            str(s): (start + int(o), int(n))
+            for s, o, n in record["entries"]
+            if 0 <= int(o) and int(o) + int(n) <= body
+        }
     except (ValueError, KeyError, TypeError, struct.error) as error:
         return None, repr(error)
     return entries, ""

@@ -54,8 +54,9 @@ class IndexCache:
             passes one per blend); None writes every entry as its own file.
     """
 
-    def __init__(self, path_to_cache: Union[str, os.PathLike[str]],
-                 packer: Optional[pack.EntryPacker] = None) -> None:
+    def __init__(
+        self, path_to_cache: Union[str, os.PathLike[str]], packer: Optional[pack.EntryPacker] = None
+    ) -> None:
         self.path_to_cache = os.fspath(path_to_cache)
         self.packer = packer
 
@@ -107,9 +108,16 @@ class IndexCache:
         queued, where = self._packed(key)
         return queued is not None or where is not None
 
-    def lookup(self, key: CacheKey, names: Iterable[str], *, mmap: bool = True,
-               verify: str = "checksum", checks: Optional[Mapping[str, object]] = None,
-               on_corrupt: str = "miss") -> Optional[Arrays]:
+    def lookup(
+        self,
+        key: CacheKey,
+        names: Iterable[str],
+        *,
+        mmap: bool = True,
+        verify: str = "checksum",
+        checks: Optional[Mapping[str, object]] = None,
+        on_corrupt: str = "miss",
+    ) -> Optional[Arrays]:
         """The cached arrays, or ``None`` on a miss; see the module docstring."""
         if verify not in ("size", "checksum") or on_corrupt not in ("miss", "raise"):
             raise ValueError(f"verify={verify!r}/on_corrupt={on_corrupt!r} not supported")
@@ -125,9 +133,14 @@ class IndexCache:
             _unusable(error, path, path, on_corrupt)
             return None
 
-    def _lookup_packed(self, key: CacheKey, names: Iterable[str], verify: str,
-                       checks: Optional[Mapping[str, object]], on_corrupt: str
-                       ) -> Optional[Arrays]:
+    def _lookup_packed(
+        self,
+        key: CacheKey,
+        names: Iterable[str],
+        verify: str,
+        checks: Optional[Mapping[str, object]],
+        on_corrupt: str,
+    ) -> Optional[Arrays]:
         """:meth:`lookup` of an entry held by a pack file (or queued for one)."""
         queued, where = self._packed(key)
         if queued is None and where is None:
@@ -136,20 +149,27 @@ class IndexCache:
         path = f"{pack_path} (entry {key.stem})"
         try:
             data = queued[1] if queued is not None else pack.read_entry(where)  # type: ignore[arg-type]
-            return entry.read_entry(io.BytesIO(data), path, key, names, True, verify, checks,
-                                    data)
+            return entry.read_entry(io.BytesIO(data), path, key, names, True, verify, checks, data)
         except (OSError, entry.Corrupt) as error:
             if where is not None:
                 pack.forget(self.path_to_cache, key.stem, where, str(error))
             _unusable(error, path, pack_path, on_corrupt)
             return None
 
-    def load(self, key: CacheKey, names: Iterable[str], *, mmap: bool = True,
-             verify: str = "checksum", checks: Optional[Mapping[str, object]] = None,
-             on_corrupt: str = "raise") -> Arrays:
+    def load(
+        self,
+        key: CacheKey,
+        names: Iterable[str],
+        *,
+        mmap: bool = True,
+        verify: str = "checksum",
+        checks: Optional[Mapping[str, object]] = None,
+        on_corrupt: str = "raise",
+    ) -> Arrays:
         """Like :meth:`lookup` (corruption raises), but a miss raises CacheError too."""
-        arrays = self.lookup(key, list(names), mmap=mmap, verify=verify, checks=checks,
-                             on_corrupt=on_corrupt)
+        arrays = self.lookup(
+            key, list(names), mmap=mmap, verify=verify, checks=checks, on_corrupt=on_corrupt
+        )
         if arrays is None:
             raise CacheError(
                 f"index cache not found: {self.entry_path(key)} is missing or stale; build it "
@@ -157,8 +177,12 @@ class IndexCache:
             )
         return arrays
 
-    def store(self, key: CacheKey, arrays: Mapping[str, numpy.ndarray],
-              checks: Optional[Mapping[str, object]] = None) -> dict[str, str]:
+    def store(
+        self,
+        key: CacheKey,
+        arrays: Mapping[str, numpy.ndarray],
+        checks: Optional[Mapping[str, object]] = None,
+    ) -> dict[str, str]:
         """Write the description and every array to the entry (atomically)."""
         path = self.entry_path(key)
         record = entry.entry_record(key, checks)
@@ -178,8 +202,13 @@ class IndexCache:
             ) from None
         return {**self.paths(key, arrays), "description": path}
 
-    def lazy(self, key: CacheKey, names: Iterable[str], verify: str = "size",
-             checks: Optional[Mapping[str, object]] = None) -> LazyArrays:
+    def lazy(
+        self,
+        key: CacheKey,
+        names: Iterable[str],
+        verify: str = "size",
+        checks: Optional[Mapping[str, object]] = None,
+    ) -> LazyArrays:
         """The arrays of ``key``, loaded (``verify``) at the first ``lazy[name]``."""
         return LazyArrays(self, key, tuple(names), verify, checks)
 
@@ -187,8 +216,11 @@ class IndexCache:
 def _unusable(error: Exception, path: str, delete: str, on_corrupt: str) -> None:
     """A damaged or unreadable entry: a miss, or (``on_corrupt="raise"``) a CacheError
     saying to delete ``delete``."""
-    problem = error if isinstance(error, entry.Corrupt) \
+    problem = (
+        error
+        if isinstance(error, entry.Corrupt)
         else entry.Corrupt(f"{path}: unreadable ({error})")
+    )
     if on_corrupt == "raise":
         raise CacheError(f"{problem}; delete {delete} and rebuild") from None
 
@@ -196,8 +228,14 @@ def _unusable(error: Exception, path: str, delete: str, on_corrupt: str) -> None
 class LazyArrays:
     """Cached arrays mmapped on first access (``lazy["sample_index"]``)."""
 
-    def __init__(self, cache: IndexCache, key: CacheKey, names: tuple[str, ...], verify: str,
-                 checks: Optional[Mapping[str, object]] = None) -> None:
+    def __init__(
+        self,
+        cache: IndexCache,
+        key: CacheKey,
+        names: tuple[str, ...],
+        verify: str,
+        checks: Optional[Mapping[str, object]] = None,
+    ) -> None:
         self.cache, self.key, self.names, self.verify = cache, key, names, verify
         self.checks = dict(checks) if checks else None
         self._arrays: Optional[Arrays] = None
@@ -208,8 +246,9 @@ class LazyArrays:
 
     def __getitem__(self, name: str) -> numpy.ndarray:
         if self._arrays is None:
-            self._arrays = self.cache.load(self.key, self.names, verify=self.verify,
-                                           checks=self.checks)
+            self._arrays = self.cache.load(
+                self.key, self.names, verify=self.verify, checks=self.checks
+            )
         return self._arrays[name]
 
     def __getstate__(self) -> dict[str, object]:

@@ -17,8 +17,11 @@ import numpy
 from tokenloom.atomic import atomic_write_bytes
 from tokenloom.errors import ConfigError, TokenizerError
 
-_SPEC_KINDS = {"HFTokenizer": "hf", "TiktokenTokenizer": "tiktoken",
-               "SentencePieceTokenizer": "sentencepiece"}
+_SPEC_KINDS = {
+    "HFTokenizer": "hf",
+    "TiktokenTokenizer": "tiktoken",
+    "SentencePieceTokenizer": "sentencepiece",
+}
 _BLOCK = 1 << 16  # tokens per sampled block of a large .bin
 
 
@@ -67,12 +70,19 @@ def document_rows(dataset: Any, tokenizer: Any, count: int, limit: int) -> list[
     doc_index = dataset.document_indices
     rows = []
     for doc in range(min(max(count, 0), int(doc_index.shape[0]) - 1)):
-        sequences = [numpy.asarray(dataset[i]) for i in range(int(doc_index[doc]),
-                                                              int(doc_index[doc + 1]))]
+        sequences = [
+            numpy.asarray(dataset[i]) for i in range(int(doc_index[doc]), int(doc_index[doc + 1]))
+        ]
         ids = numpy.concatenate(sequences) if sequences else numpy.zeros(0, numpy.int64)
         text = tokenizer.decode(ids) if ids.size else ""
-        rows.append({"document": doc, "sequences": len(sequences), "tokens": int(ids.size),
-                     "text": shorten(text, limit)})
+        rows.append(
+            {
+                "document": doc,
+                "sequences": len(sequences),
+                "tokens": int(ids.size),
+                "text": shorten(text, limit),
+            }
+        )
     return rows
 
 
@@ -97,7 +107,7 @@ def sampled_tokens(dataset: Any, max_tokens: int) -> numpy.ndarray:
         return numpy.asarray(tokens[:total])
     block = min(_BLOCK, max_tokens)
     starts = numpy.linspace(0, total - block, max(max_tokens // block, 1)).astype(numpy.int64)
-    return numpy.concatenate([numpy.asarray(tokens[s:s + block]) for s in starts])
+    return numpy.concatenate([numpy.asarray(tokens[s : s + block]) for s in starts])
 
 
 def _figure() -> Any:
@@ -115,27 +125,45 @@ def _draw_lengths(axis: Any, named_lengths: Sequence[tuple[str, numpy.ndarray]])
     top = max((int(lengths.max()) for _, lengths in named_lengths if lengths.size), default=1)
     bins = numpy.geomspace(1, max(top, 2) + 1, 60)
     for name, lengths in named_lengths:
-        axis.hist(numpy.maximum(lengths, 1), bins=bins, histtype="step", linewidth=1.5,
-                  label=f"{name} ({lengths.size:,} docs)")
-    axis.set(xscale="log", yscale="log", xlabel="tokens per document (log)",
-             ylabel="documents (log)", title="document lengths")
+        axis.hist(
+            numpy.maximum(lengths, 1),
+            bins=bins,
+            histtype="step",
+            linewidth=1.5,
+            label=f"{name} ({lengths.size:,} docs)",
+        )
+    axis.set(
+        xscale="log",
+        yscale="log",
+        xlabel="tokens per document (log)",
+        ylabel="documents (log)",
+        title="document lengths",
+    )
 
 
-def _draw_frequencies(by_id: Any, by_rank: Any,
-                      named_counts: Sequence[tuple[str, numpy.ndarray]]) -> None:
+def _draw_frequencies(
+    by_id: Any, by_rank: Any, named_counts: Sequence[tuple[str, numpy.ndarray]]
+) -> None:
     for name, counts in named_counts:
         ids = numpy.flatnonzero(counts)
         by_id.plot(ids, counts[ids], ".", markersize=2, alpha=0.6, label=name)
         ranked = numpy.sort(counts[ids])[::-1]
         by_rank.plot(numpy.arange(1, ranked.size + 1), ranked, linewidth=1.5, label=name)
-    by_id.set(yscale="log", xlabel="token id", ylabel="occurrences (log)",
-              title="token-id frequency")
-    by_rank.set(xscale="log", yscale="log", xlabel="rank (log)", ylabel="occurrences (log)",
-                title="token frequency by rank")
+    by_id.set(
+        yscale="log", xlabel="token id", ylabel="occurrences (log)", title="token-id frequency"
+    )
+    by_rank.set(
+        xscale="log",
+        yscale="log",
+        xlabel="rank (log)",
+        ylabel="occurrences (log)",
+        title="token frequency by rank",
+    )
 
 
-def plot_datasets(datasets: Sequence[tuple[str, Any]], out_path: str,
-                  max_tokens: int) -> dict[str, Any]:
+def plot_datasets(
+    datasets: Sequence[tuple[str, Any]], out_path: str, max_tokens: int
+) -> dict[str, Any]:
     """Draw document-length histograms and token frequencies of ``(name, dataset)``s,
     all in one figure, to ``out_path`` (PNG, or what its extension says)."""
     figure = _figure()
@@ -145,8 +173,14 @@ def plot_datasets(datasets: Sequence[tuple[str, Any]], out_path: str,
     for name, dataset in datasets:
         tokens = sampled_tokens(dataset, max_tokens)
         sampled[name] = int(tokens.size)
-        counts.append((name, numpy.bincount(tokens.astype(numpy.int64, copy=False))
-                       if tokens.size else numpy.zeros(1, numpy.int64)))
+        counts.append(
+            (
+                name,
+                numpy.bincount(tokens.astype(numpy.int64, copy=False))
+                if tokens.size
+                else numpy.zeros(1, numpy.int64),
+            )
+        )
     _draw_lengths(axes[0], lengths)
     _draw_frequencies(axes[1], axes[2], counts)
     for axis in axes:
@@ -163,5 +197,12 @@ def plot_datasets(datasets: Sequence[tuple[str, Any]], out_path: str,
     return {"path": os.path.abspath(out_path), "sampled_tokens": sampled}
 
 
-__all__ = ["resolve_tokenizer", "tokenizer_from_sidecar", "document_rows", "shorten",
-           "document_lengths", "sampled_tokens", "plot_datasets"]
+__all__ = [
+    "resolve_tokenizer",
+    "tokenizer_from_sidecar",
+    "document_rows",
+    "shorten",
+    "document_lengths",
+    "sampled_tokens",
+    "plot_datasets",
+]

@@ -35,59 +35,123 @@ class SuggestingParser(argparse.ArgumentParser):
 def add_megatron_flags(parser: argparse.ArgumentParser) -> None:
     """Megatron-LM's tokenizer flags (its names, its meanings)."""
     group = parser.add_argument_group(
-        "Megatron-LM tokenizer flags (tools/preprocess_data.py; instead of --tokenizer)")
-    group.add_argument("--tokenizer-type", metavar="TYPE",
-                       help="HuggingFaceTokenizer | GPT2BPETokenizer | SentencePieceTokenizer | "
-                            "GPTSentencePieceTokenizer | Llama2Tokenizer | TikTokenizer")
-    group.add_argument("--tokenizer-model", metavar="PATH",
-                       help="model file or folder (HF folder, spm .model, TikTokenizer .json)")
+        "Megatron-LM tokenizer flags (tools/preprocess_data.py; instead of --tokenizer)"
+    )
+    group.add_argument(
+        "--tokenizer-type",
+        metavar="TYPE",
+        help="HuggingFaceTokenizer | GPT2BPETokenizer | SentencePieceTokenizer | "
+        "GPTSentencePieceTokenizer | Llama2Tokenizer | TikTokenizer",
+    )
+    group.add_argument(
+        "--tokenizer-model",
+        metavar="PATH",
+        help="model file or folder (HF folder, spm .model, TikTokenizer .json)",
+    )
     group.add_argument("--vocab-file", metavar="PATH", help="GPT-2 vocab.json")
-    group.add_argument("--merge-file", metavar="PATH",
-                       help="GPT-2 merges.txt (also with --tokenizer hf:vocab.json)")
-    group.add_argument("--vocab-size", type=int, metavar="N",
-                       help="TikTokenizer: total ids, special ids included (default 131072)")
-    group.add_argument("--tokenizer-hf-include-special-tokens", "--add-special-tokens",
-                       dest="special_tokens", action="store_const", const=True, default=None,
-                       help="write what the HF post-processor adds (BOS, ...): Megatron-LM "
-                            "main's default and tokenloom's")
-    group.add_argument("--tokenizer-hf-no-include-special-tokens", "--no-add-special-tokens",
-                       dest="special_tokens", action="store_const", const=False,
-                       help="leave them out (Megatron core_v0.16.1's default)")
-    group.add_argument("--legacy-tokenizer", action="store_true",
-                       help="core_v0.16.1's legacy tokenizers: HF includes special tokens, "
-                            "Llama2Tokenizer prepends BOS")
-    group.add_argument("--no-tokenizer-sentencepiece-ignore-extra-whitespaces",
-                       dest="sp_ignore_spaces", action="store_false", default=True,
-                       help="SentencePiece: keep runs of spaces the model would drop")
-    group.add_argument("--tokenizer-sentencepiece-ignore-extra-whitespaces",
-                       dest="sp_ignore_spaces", action="store_true", help=argparse.SUPPRESS)
-    group.add_argument("--tokenizer-sentencepiece-legacy", action="store_true",
-                       help="accepted; without --tokenizer-special-tokens it changes nothing")
-    group.add_argument("--tiktoken-num-special-tokens", type=int, default=1000, metavar="N",
-                       help="TikTokenizer: ids before the ranks (default 1000)")
-    group.add_argument("--partitions", type=int, default=1, metavar="P",
-                       help="deal records round-robin into P parts, concatenated in part "
-                            "order (Megatron's document order)")
-    group.add_argument("--keep-sequential-samples", action="store_true",
-                       help="with --partitions: keep the input order")
-    group.add_argument("--log-interval", type=int, default=None, metavar="N",
-                       help="print a progress line every N records")
+    group.add_argument(
+        "--merge-file",
+        metavar="PATH",
+        help="GPT-2 merges.txt (also with --tokenizer hf:vocab.json)",
+    )
+    group.add_argument(
+        "--vocab-size",
+        type=int,
+        metavar="N",
+        help="TikTokenizer: total ids, special ids included (default 131072)",
+    )
+    group.add_argument(
+        "--tokenizer-hf-include-special-tokens",
+        "--add-special-tokens",
+        dest="special_tokens",
+        action="store_const",
+        const=True,
+        default=None,
+        help="write what the HF post-processor adds (BOS, ...): Megatron-LM "
+        "main's default and tokenloom's",
+    )
+    group.add_argument(
+        "--tokenizer-hf-no-include-special-tokens",
+        "--no-add-special-tokens",
+        dest="special_tokens",
+        action="store_const",
+        const=False,
+        help="leave them out (Megatron core_v0.16.1's default)",
+    )
+    group.add_argument(
+        "--legacy-tokenizer",
+        action="store_true",
+        help="core_v0.16.1's legacy tokenizers: HF includes special tokens, "
+        "Llama2Tokenizer prepends BOS",
+    )
+    group.add_argument(
+        "--no-tokenizer-sentencepiece-ignore-extra-whitespaces",
+        dest="sp_ignore_spaces",
+        action="store_false",
+        default=True,
+        help="SentencePiece: keep runs of spaces the model would drop",
+    )
+    group.add_argument(
+        "--tokenizer-sentencepiece-ignore-extra-whitespaces",
+        dest="sp_ignore_spaces",
+        action="store_true",
+        help=argparse.SUPPRESS,
+    )
+    group.add_argument(
+        "--tokenizer-sentencepiece-legacy",
+        action="store_true",
+        help="accepted; without --tokenizer-special-tokens it changes nothing",
+    )
+    group.add_argument(
+        "--tiktoken-num-special-tokens",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="TikTokenizer: ids before the ranks (default 1000)",
+    )
+    group.add_argument(
+        "--partitions",
+        type=int,
+        default=1,
+        metavar="P",
+        help="deal records round-robin into P parts, concatenated in part "
+        "order (Megatron's document order)",
+    )
+    group.add_argument(
+        "--keep-sequential-samples",
+        action="store_true",
+        help="with --partitions: keep the input order",
+    )
+    group.add_argument(
+        "--log-interval",
+        type=int,
+        default=None,
+        metavar="N",
+        help="print a progress line every N records",
+    )
 
 
 def add_sentence_flags(parser: argparse.ArgumentParser) -> None:
     """Megatron's sentence flags and tokenloom's data-free splitter."""
     group = parser.add_argument_group("sentence splitting (outputs named *_sentence)")
-    group.add_argument("--split-sentences", action="store_true",
-                       help="Megatron's NLTK punkt splitter: needs nltk and punkt data "
-                            "(--punkt-path); nothing is downloaded")
-    group.add_argument("--split-sentences-rules", action="store_true",
-                       help="tokenloom's rule-based splitter (no data needed; "
-                            "docs/preprocessing.md)")
-    group.add_argument("--keep-newlines", action="store_true",
-                       help="keep the whitespace after each sentence")
+    group.add_argument(
+        "--split-sentences",
+        action="store_true",
+        help="Megatron's NLTK punkt splitter: needs nltk and punkt data "
+        "(--punkt-path); nothing is downloaded",
+    )
+    group.add_argument(
+        "--split-sentences-rules",
+        action="store_true",
+        help="tokenloom's rule-based splitter (no data needed; docs/preprocessing.md)",
+    )
+    group.add_argument(
+        "--keep-newlines", action="store_true", help="keep the whitespace after each sentence"
+    )
     group.add_argument("--lang", default="english", help="punkt language (default english)")
-    group.add_argument("--punkt-path", metavar="DIR",
-                       help="folder holding NLTK's tokenizers/punkt_tab data")
+    group.add_argument(
+        "--punkt-path", metavar="DIR", help="folder holding NLTK's tokenizers/punkt_tab data"
+    )
 
 
 def megatron_form(args: argparse.Namespace) -> bool:
@@ -101,26 +165,50 @@ def tokenizer_from_args(args: argparse.Namespace) -> Any:
     from tokenloom.tokenizers.megatron import MegatronTokenizerArgs, build_megatron_tokenizer
 
     if (args.tokenizer is None) == (args.tokenizer_type is None):
-        raise ConfigError("give the tokenizer once: --tokenizer SPEC (tokenloom's form) or "
-                          "--tokenizer-type TYPE with --tokenizer-model/--vocab-file "
-                          "(Megatron's form)")
+        raise ConfigError(
+            "give the tokenizer once: --tokenizer SPEC (tokenloom's form) or "
+            "--tokenizer-type TYPE with --tokenizer-model/--vocab-file "
+            "(Megatron's form)"
+        )
     if megatron_form(args):
         if args.eod_token is not None:
-            raise ConfigError("--eod-token applies to the --tokenizer form; Megatron's types "
-                              "have a fixed end-of-document token")
+            raise ConfigError(
+                "--eod-token applies to the --tokenizer form; Megatron's types "
+                "have a fixed end-of-document token"
+            )
         pattern = args.tiktoken_pattern
-        return build_megatron_tokenizer(MegatronTokenizerArgs(
-            args.tokenizer_type, args.tokenizer_model, args.vocab_file, args.merge_file,
-            args.vocab_size, True if args.legacy_tokenizer and args.special_tokens is None
-            else args.special_tokens, args.legacy_tokenizer, args.sp_ignore_spaces,
-            pattern, args.tiktoken_num_special_tokens))
-    for flag, value in (("--tokenizer-model", args.tokenizer_model),
-                        ("--vocab-file", args.vocab_file), ("--vocab-size", args.vocab_size)):
+        return build_megatron_tokenizer(
+            MegatronTokenizerArgs(
+                args.tokenizer_type,
+                args.tokenizer_model,
+                args.vocab_file,
+                args.merge_file,
+                args.vocab_size,
+                True
+                if args.legacy_tokenizer and args.special_tokens is None
+                else args.special_tokens,
+                args.legacy_tokenizer,
+                args.sp_ignore_spaces,
+                pattern,
+                args.tiktoken_num_special_tokens,
+            )
+        )
+    for flag, value in (
+        ("--tokenizer-model", args.tokenizer_model),
+        ("--vocab-file", args.vocab_file),
+        ("--vocab-size", args.vocab_size),
+    ):
         if value is not None:
-            raise ConfigError(f"{flag} belongs to Megatron's form: pass --tokenizer-type too, "
-                              "or drop it")
-    return load_tokenizer(args.tokenizer, eod=args.eod_token, pattern=args.tiktoken_pattern,
-                          add_special_tokens=args.special_tokens, merges=args.merge_file)
+            raise ConfigError(
+                f"{flag} belongs to Megatron's form: pass --tokenizer-type too, or drop it"
+            )
+    return load_tokenizer(
+        args.tokenizer,
+        eod=args.eod_token,
+        pattern=args.tiktoken_pattern,
+        add_special_tokens=args.special_tokens,
+        merges=args.merge_file,
+    )
 
 
 def policy_from_args(args: argparse.Namespace) -> Any:
@@ -128,8 +216,13 @@ def policy_from_args(args: argparse.Namespace) -> Any:
     from tokenloom.preprocess import Policy
 
     blank = args.on_blank_line or ("fail" if megatron_form(args) else "skip")
-    return Policy(on_bad_json=args.on_bad_json, on_missing_key=args.on_missing_key,
-                  on_bad_type=args.on_bad_type, on_empty=args.on_empty, on_blank_line=blank)
+    return Policy(
+        on_bad_json=args.on_bad_json,
+        on_missing_key=args.on_missing_key,
+        on_bad_type=args.on_bad_type,
+        on_empty=args.on_empty,
+        on_blank_line=blank,
+    )
 
 
 def splitter_from_args(args: argparse.Namespace) -> Any:
@@ -137,15 +230,17 @@ def splitter_from_args(args: argparse.Namespace) -> Any:
     from tokenloom.preprocess.sentences import RuleSentenceSplitter, punkt_splitter
 
     if args.split_sentences and args.split_sentences_rules:
-        raise ConfigError("choose one of --split-sentences (NLTK punkt) and "
-                          "--split-sentences-rules")
+        raise ConfigError(
+            "choose one of --split-sentences (NLTK punkt) and --split-sentences-rules"
+        )
     if args.split_sentences:
         return punkt_splitter(args.lang, args.punkt_path, args.keep_newlines)
     if args.split_sentences_rules:
         return RuleSentenceSplitter(args.keep_newlines)
     if args.keep_newlines:
-        raise ConfigError("--keep-newlines only matters with --split-sentences or "
-                          "--split-sentences-rules")
+        raise ConfigError(
+            "--keep-newlines only matters with --split-sentences or --split-sentences-rules"
+        )
     return None
 
 
@@ -155,12 +250,20 @@ def settings_line(tokenizer: Any, policy: Any, args: argparse.Namespace) -> str:
     parts = []
     if added is not None:
         ids = added()
-        parts.append(f"special tokens: post-processor adds {ids} (--no-add-special-tokens)"
-                     if ids else "special tokens: none added")
+        parts.append(
+            f"special tokens: post-processor adds {ids} (--no-add-special-tokens)"
+            if ids
+            else "special tokens: none added"
+        )
     if getattr(tokenizer, "add_bos", False):
         parts.append(f"BOS {tokenizer.bos} on every document")
-    megatron = {"on_bad_json": "fail", "on_missing_key": "fail", "on_bad_type": "fail",
-                "on_empty": "keep", "on_blank_line": "fail"}
+    megatron = {
+        "on_bad_json": "fail",
+        "on_missing_key": "fail",
+        "on_bad_type": "fail",
+        "on_empty": "keep",
+        "on_blank_line": "fail",
+    }
     for field, value in megatron.items():
         if getattr(policy, field) != value:
             flag = "--" + field.replace("_", "-")
@@ -171,5 +274,13 @@ def settings_line(tokenizer: Any, policy: Any, args: argparse.Namespace) -> str:
     return "settings: " + ("; ".join(parts) if parts else "as Megatron-LM")
 
 
-__all__ = ["SuggestingParser", "add_megatron_flags", "add_sentence_flags", "tokenizer_from_args",
-           "policy_from_args", "splitter_from_args", "settings_line", "megatron_form"]
+__all__ = [
+    "SuggestingParser",
+    "add_megatron_flags",
+    "add_sentence_flags",
+    "tokenizer_from_args",
+    "policy_from_args",
+    "splitter_from_args",
+    "settings_line",
+    "megatron_form",
+]

@@ -50,20 +50,45 @@ def register(subparsers) -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("prefixes", nargs="*", metavar="PREFIX",
-                        help="dataset prefixes (path without .bin/.idx), optionally preceded by weights")
+    parser.add_argument(
+        "prefixes",
+        nargs="*",
+        metavar="PREFIX",
+        help="dataset prefixes (path without .bin/.idx), optionally preceded by weights",
+    )
     blend = parser.add_argument_group("blend (choose one form)")
-    blend.add_argument("--data-path", nargs="+", metavar="WORD",
-                       help="weight/prefix list as for Megatron's --data-path")
-    blend.add_argument("--data-args-path", metavar="FILE",
-                       help="text file with the --data-path words (for very long blends)")
+    blend.add_argument(
+        "--data-path",
+        nargs="+",
+        metavar="WORD",
+        help="weight/prefix list as for Megatron's --data-path",
+    )
+    blend.add_argument(
+        "--data-args-path",
+        metavar="FILE",
+        help="text file with the --data-path words (for very long blends)",
+    )
     for split in ("train", "valid", "test"):
-        blend.add_argument(f"--{split}-data-path", nargs="+", metavar="WORD",
-                           help=f"weight/prefix list of the {split} split")
-    blend.add_argument("--per-split-data-args-path", metavar="FILE",
-                       help='JSON file {"train": [...], "valid": [...], "test": [...]}')
-    parser.add_argument("-o", "--output", "--per-dataset-sequences-path", dest="output",
-                        required=True, metavar="FILE", help="JSON file to write (atomically)")
+        blend.add_argument(
+            f"--{split}-data-path",
+            nargs="+",
+            metavar="WORD",
+            help=f"weight/prefix list of the {split} split",
+        )
+    blend.add_argument(
+        "--per-split-data-args-path",
+        metavar="FILE",
+        help='JSON file {"train": [...], "valid": [...], "test": [...]}',
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        "--per-dataset-sequences-path",
+        dest="output",
+        required=True,
+        metavar="FILE",
+        help="JSON file to write (atomically)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
     parser.set_defaults(func=run)
     return parser
@@ -117,8 +142,9 @@ def count_sequences(prefixes: Sequence[str], progress_enabled=None) -> dict[str,
     from tokenloom.progress import progress
 
     counts: dict[str, list[int]] = {}
-    with progress(total=len(prefixes), desc="reading .idx headers", unit="prefix",
-                  enabled=progress_enabled) as bar:
+    with progress(
+        total=len(prefixes), desc="reading .idx headers", unit="prefix", enabled=progress_enabled
+    ) as bar:
         for prefix in prefixes:
             header = read_index_header(get_idx_path(prefix))
             counts[prefix] = [int(header.sequence_count), int(header.document_count)]

@@ -34,20 +34,49 @@ WIDTH = 100
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "demo", help="see the whole pipeline work on real text (offline, < 1 min)",
-        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output-dir", default="demo-output", help="where to write (default "
-                        "./demo-output)")
-    parser.add_argument("--max-files", type=int, default=300, metavar="N",
-                        help="standard-library modules to read (default 300)")
-    parser.add_argument("--vocab-size", type=int, default=8000, metavar="V",
-                        help="BPE vocabulary size (default 8000)")
-    parser.add_argument("--train-mb", type=float, default=3.0, metavar="MB",
-                        help="text the tokenizer is trained on (default 3 MB)")
-    parser.add_argument("--sequence-length", type=int, default=64, metavar="L",
-                        help="tokens per sample of the blended dataset (default 64)")
-    parser.add_argument("--workers", type=int, default=1, metavar="N",
-                        help="preprocess worker processes (default 1)")
+        "demo",
+        help="see the whole pipeline work on real text (offline, < 1 min)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--output-dir", default="demo-output", help="where to write (default ./demo-output)"
+    )
+    parser.add_argument(
+        "--max-files",
+        type=int,
+        default=300,
+        metavar="N",
+        help="standard-library modules to read (default 300)",
+    )
+    parser.add_argument(
+        "--vocab-size",
+        type=int,
+        default=8000,
+        metavar="V",
+        help="BPE vocabulary size (default 8000)",
+    )
+    parser.add_argument(
+        "--train-mb",
+        type=float,
+        default=3.0,
+        metavar="MB",
+        help="text the tokenizer is trained on (default 3 MB)",
+    )
+    parser.add_argument(
+        "--sequence-length",
+        type=int,
+        default=64,
+        metavar="L",
+        help="tokens per sample of the blended dataset (default 64)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="preprocess worker processes (default 1)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -68,8 +97,10 @@ def run(args) -> int:
 
     started = time.perf_counter()
     out = os.path.abspath(args.output_dir)
-    print(f"tokenloom demo: real text from this Python's standard library\n"
-          f"  source  {stdlib_root()}  (Python {platform.python_version()})\n  output  {out}\n")
+    print(
+        f"tokenloom demo: real text from this Python's standard library\n"
+        f"  source  {stdlib_root()}  (Python {platform.python_version()})\n  output  {out}\n"
+    )
     corpora = write_stdlib_corpora(os.path.join(out, "corpus"), max_files=args.max_files)
     _print_corpora(corpora)
     tokenizer = _train(corpora, args, out)
@@ -81,12 +112,16 @@ def run(args) -> int:
 
 
 def _print_corpora(corpora) -> None:
-    rows = [("code", "module sources", corpora.code_documents, corpora.code_path),
-            ("docs", "docstrings, via ast", corpora.docs_documents, corpora.docs_path)]
+    rows = [
+        ("code", "module sources", corpora.code_documents, corpora.code_path),
+        ("docs", "docstrings, via ast", corpora.docs_documents, corpora.docs_path),
+    ]
     print(f"[1/4] corpora{'':<26}{'documents':>12}{'MB':>9}")
     for name, what, count, path in rows:
-        print(f"      {name:<5}({what}){'':<{25 - len(what)}}{count:>12,}"
-              f"{os.path.getsize(path) / 1e6:>9.2f}")
+        print(
+            f"      {name:<5}({what}){'':<{25 - len(what)}}{count:>12,}"
+            f"{os.path.getsize(path) / 1e6:>9.2f}"
+        )
     print()
 
 
@@ -114,28 +149,40 @@ def _train(corpora, args, out: str):
     texts = list(_training_texts(corpora, args.train_mb * 1e6))
     tokenizer = train_byte_level_bpe(texts, args.vocab_size, path)
     megabytes = sum(len(text) for text in texts) / 1e6
-    print(f"[2/4] tokenizer: byte-level BPE, vocabulary {tokenizer.vocab_size:,}, trained on "
-          f"{megabytes:.1f} MB in {time.perf_counter() - started:.1f} s\n"
-          f"      {path}   eod={tokenizer.eod} pad={tokenizer.pad}\n")
+    print(
+        f"[2/4] tokenizer: byte-level BPE, vocabulary {tokenizer.vocab_size:,}, trained on "
+        f"{megabytes:.1f} MB in {time.perf_counter() - started:.1f} s\n"
+        f"      {path}   eod={tokenizer.eod} pad={tokenizer.pad}\n"
+    )
     return tokenizer
 
 
 def _preprocess(corpora, tokenizer, args, out: str) -> dict[str, str]:
     from tokenloom.preprocess import preprocess
 
-    print(f"[3/4] preprocess -> .bin/.idx{'':<4}{'documents':>11}{'tokens':>12}{'tok/doc':>9}"
-          f"{'MB/s':>7}{'tokens/s':>11}{'dtype':>8}")
+    print(
+        f"[3/4] preprocess -> .bin/.idx{'':<4}{'documents':>11}{'tokens':>12}{'tok/doc':>9}"
+        f"{'MB/s':>7}{'tokens/s':>11}{'dtype':>8}"
+    )
     prefixes = {}
     for name, path in (("code", corpora.code_path), ("docs", corpora.docs_path)):
-        summary = preprocess(path, os.path.join(out, "data", name), tokenizer,
-                             json_keys=["text"], append_eod=True, workers=args.workers,
-                             show_progress=False)
+        summary = preprocess(
+            path,
+            os.path.join(out, "data", name),
+            tokenizer,
+            json_keys=["text"],
+            append_eod=True,
+            workers=args.workers,
+            show_progress=False,
+        )
         stats = summary.outputs["text"]
         prefixes[name] = stats.path_prefix
         per_doc = stats.tokens / max(stats.documents, 1)
-        print(f"      {name:<27}{stats.documents:>11,}{stats.tokens:>12,}{per_doc:>9,.0f}"
-              f"{summary.megabytes_per_second:>7.1f}{summary.tokens_per_second:>11,.0f}"
-              f"{summary.dtype:>8}")
+        print(
+            f"      {name:<27}{stats.documents:>11,}{stats.tokens:>12,}{per_doc:>9,.0f}"
+            f"{summary.megabytes_per_second:>7.1f}{summary.tokens_per_second:>11,.0f}"
+            f"{summary.dtype:>8}"
+        )
         if summary.skipped_total:
             print(f"      {'':<5}{summary.skipped_text()}")
     docs = os.path.basename(prefixes["docs"])
@@ -158,8 +205,10 @@ def _show_documents(prefixes: dict[str, str], tokenizer) -> None:
             for index in picks:
                 tokens = dataset[index]
                 text = tokenizer.decode(tokens)
-                print(f"      {name} #{index:<6}{len(tokens):>7,} tokens  "
-                      f"{_one_line(text, WIDTH - 34)!s}")
+                print(
+                    f"      {name} #{index:<6}{len(tokens):>7,} tokens  "
+                    f"{_one_line(text, WIDTH - 34)!s}"
+                )
 
 
 def _dataset_classes():
@@ -175,23 +224,33 @@ def _dataset_classes():
 def _blend(prefixes: dict[str, str], tokenizer, args, out: str) -> None:
     classes = _dataset_classes()
     if classes is None:
-        print("\n[4/4] blended GPT dataset: skipped (tokenloom.builder / tokenloom.datasets are "
-              "not available in this installation)")
+        print(
+            "\n[4/4] blended GPT dataset: skipped (tokenloom.builder / tokenloom.datasets are "
+            "not available in this installation)"
+        )
         return
     builder_class, dataset_class, config_class = classes
     config = config_class(
-        random_seed=1234, sequence_length=args.sequence_length,
-        blend=([prefixes["code"], prefixes["docs"]], [0.7, 0.3]), split="100,0,0",
-        path_to_cache=os.path.join(out, "cache"), tokenizer=tokenizer,
-        reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=True,
-        create_attention_mask=False)
+        random_seed=1234,
+        sequence_length=args.sequence_length,
+        blend=([prefixes["code"], prefixes["docs"]], [0.7, 0.3]),
+        split="100,0,0",
+        path_to_cache=os.path.join(out, "cache"),
+        tokenizer=tokenizer,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=True,
+        create_attention_mask=False,
+    )
     samples = 1000
     started = time.perf_counter()
     train = builder_class(dataset_class, [samples, 0, 0], lambda: True, config).build()[0]
     counts = _blend_counts(train, len(prefixes))
-    print(f"\n[4/4] blended GPT dataset: 70% code + 30% docs, sequence length "
-          f"{args.sequence_length}, built in {time.perf_counter() - started:.1f} s\n"
-          f"      index cache: {config.path_to_cache}")
+    print(
+        f"\n[4/4] blended GPT dataset: 70% code + 30% docs, sequence length "
+        f"{args.sequence_length}, built in {time.perf_counter() - started:.1f} s\n"
+        f"      index cache: {config.path_to_cache}"
+    )
     print(f"      {len(train):,} samples: code {counts[0]:,}, docs {counts[1]:,}")
     _show_sample(train, tokenizer)
 
@@ -209,15 +268,23 @@ def _show_sample(dataset, tokenizer) -> None:
     import numpy
 
     eod = tokenizer.eod
-    pick = next((i for i in range(min(len(dataset), 200))
-                 if eod in numpy.asarray(dataset[i]["tokens"]).tolist()), 0)
+    pick = next(
+        (
+            i
+            for i in range(min(len(dataset), 200))
+            if eod in numpy.asarray(dataset[i]["tokens"]).tolist()
+        ),
+        0,
+    )
     sample = dataset[pick]
     tokens = numpy.asarray(sample["tokens"])
     labels = numpy.asarray(sample["labels"])
     mask = numpy.asarray(sample["loss_mask"])
     source = ("code", "docs")[int(sample["dataset_id"])] if "dataset_id" in sample else "?"
-    print(f"\n      sample {pick} (from {source}), {len(tokens)} positions: the model reads "
-          "'token' and\n      is trained to predict 'label' where loss_mask is 1")
+    print(
+        f"\n      sample {pick} (from {source}), {len(tokens)} positions: the model reads "
+        "'token' and\n      is trained to predict 'label' where loss_mask is 1"
+    )
     print(f"      {'pos':>5}  {'token':<22}{'label':<22}{'loss_mask':>9}")
     shown = _positions_to_show(labels, eod)
     for previous, position in zip([-1] + shown, shown):
@@ -228,9 +295,11 @@ def _show_sample(dataset, tokenizer) -> None:
         weight = float(mask[position])
         print(f"      {position:>5}  {quote(piece):<22}{quote(target):<22}{weight:>9.0f}")
     masked = int((mask == 0).sum())
-    print(f"      ... {len(tokens) - len(shown)} more positions; {masked} masked: with "
-          "eod_mask_loss=True there is no loss\n      where the token read is the end-of-document "
-          "token (the next document is unrelated)")
+    print(
+        f"      ... {len(tokens) - len(shown)} more positions; {masked} masked: with "
+        "eod_mask_loss=True there is no loss\n      where the token read is the end-of-document "
+        "token (the next document is unrelated)"
+    )
     print(f"      text of the sample: {_one_line(tokenizer.decode(tokens), WIDTH - 26)}")
 
 

@@ -49,29 +49,58 @@ examples:
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``inspect`` subcommand."""
     parser = subparsers.add_parser(
-        "inspect", help="header, counts, statistics and integrity check of a .bin/.idx pair",
-        description=_DESCRIPTION, epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("prefixes", nargs="+", metavar="PREFIX",
-                        help="dataset paths without .bin/.idx")
-    parser.add_argument("--vocab-size", type=int, metavar="N",
-                        help="also check that every token id is below N")
-    parser.add_argument("--show", type=int, default=0, metavar="N",
-                        help="print the first N documents decoded (with a tokenizer), else "
-                             "the token ids of the first N sequences")
-    parser.add_argument("--tokenizer", metavar="SPEC",
-                        help="decode --show with this tokenizer (default: the sidecar's)")
-    parser.add_argument("--show-tokens", type=int, default=32, metavar="K",
-                        help="with --show and no tokenizer: at most K ids per sequence "
-                             "(default 32)")
-    parser.add_argument("--show-chars", type=int, default=600, metavar="C",
-                        help="with --show and a tokenizer: at most C characters per "
-                             "document (default 600; 0: all)")
-    parser.add_argument("--plot", metavar="OUT.png",
-                        help="draw document lengths and token frequencies of every PREFIX")
-    parser.add_argument("--plot-max-tokens", type=int, default=20_000_000, metavar="T",
-                        help="token frequencies count at most T tokens per PREFIX, in "
-                             "blocks spread over the file (default 20,000,000)")
+        "inspect",
+        help="header, counts, statistics and integrity check of a .bin/.idx pair",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "prefixes", nargs="+", metavar="PREFIX", help="dataset paths without .bin/.idx"
+    )
+    parser.add_argument(
+        "--vocab-size", type=int, metavar="N", help="also check that every token id is below N"
+    )
+    parser.add_argument(
+        "--show",
+        type=int,
+        default=0,
+        metavar="N",
+        help="print the first N documents decoded (with a tokenizer), else "
+        "the token ids of the first N sequences",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        metavar="SPEC",
+        help="decode --show with this tokenizer (default: the sidecar's)",
+    )
+    parser.add_argument(
+        "--show-tokens",
+        type=int,
+        default=32,
+        metavar="K",
+        help="with --show and no tokenizer: at most K ids per sequence (default 32)",
+    )
+    parser.add_argument(
+        "--show-chars",
+        type=int,
+        default=600,
+        metavar="C",
+        help="with --show and a tokenizer: at most C characters per document (default 600; 0: all)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        help="draw document lengths and token frequencies of every PREFIX",
+    )
+    parser.add_argument(
+        "--plot-max-tokens",
+        type=int,
+        default=20_000_000,
+        metavar="T",
+        help="token frequencies count at most T tokens per PREFIX, in "
+        "blocks spread over the file (default 20,000,000)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.set_defaults(func=run)
     return parser
@@ -82,8 +111,12 @@ def _preview(dataset, count: int, width: int) -> list:
     for i in range(min(max(count, 0), len(dataset))):
         item = dataset[i]
         tokens = item[0] if dataset.multimodal else item
-        row = {"sequence": i, "length": int(tokens.shape[0]),
-               "tokens": tokens[:width].tolist(), "truncated": tokens.shape[0] > width}
+        row = {
+            "sequence": i,
+            "length": int(tokens.shape[0]),
+            "tokens": tokens[:width].tolist(),
+            "truncated": tokens.shape[0] > width,
+        }
         if dataset.multimodal:
             row["mode"] = int(item[1])
         rows.append(row)
@@ -91,9 +124,10 @@ def _preview(dataset, count: int, width: int) -> list:
 
 
 def _stats_line(name: str, stats: dict) -> str:
-    return (f"{name:<24} min {stats['min']}  mean {stats['mean']:.2f}  p50 {stats['p50']:g}  "
-            f"p99 {stats['p99']:g}  max {stats['max']}")
-
+    return (
+        f"{name:<24} min {stats['min']}  mean {stats['mean']:.2f}  p50 {stats['p50']:g}  "
+        f"p99 {stats['p99']:g}  max {stats['max']}"
+    )
 
 
 def _yes_no(value: Any) -> str:
@@ -105,35 +139,55 @@ def _provenance_lines(prefix: str, record: Optional[dict], notes: list) -> list:
 
     lines = [f"  {note}" for note in notes]
     if record is None:
-        return [f"provenance: none ({sidecar_path(prefix)} absent: made by Megatron or another "
-                "tool; nothing needs it)"] + lines
-    lines.insert(0, f"provenance: {sidecar_path(prefix)} (tokenloom "
-                    f"{(record.get('tool') or {}).get('version', '?')})")
+        return [
+            f"provenance: none ({sidecar_path(prefix)} absent: made by Megatron or another "
+            "tool; nothing needs it)"
+        ] + lines
+    lines.insert(
+        0,
+        f"provenance: {sidecar_path(prefix)} (tokenloom "
+        f"{(record.get('tool') or {}).get('version', '?')})",
+    )
     identity = record.get("tokenizer") or {}
-    specials = ", ".join(f"{text}={i}" for text, i in (identity.get("special_tokens") or {}).items())
-    lines.append(f"  tokenizer:  {tokenizer_label(identity)}, eod {identity.get('eod')}"
-                 + (f", special tokens {specials}" if specials else ""))
+    specials = ", ".join(
+        f"{text}={i}" for text, i in (identity.get("special_tokens") or {}).items()
+    )
+    lines.append(
+        f"  tokenizer:  {tokenizer_label(identity)}, eod {identity.get('eod')}"
+        + (f", special tokens {specials}" if specials else "")
+    )
     settings = record.get("settings")
     if settings:
         eod = f"yes (id {settings.get('eod_id')})" if settings.get("append_eod") else "no"
-        lines.append(f"  settings:   key {settings.get('json_key')!r}, {settings.get('level')} "
-                     f"level, append EOD {eod}, special tokens added "
-                     f"{_yes_no(settings.get('add_special_tokens'))}")
+        lines.append(
+            f"  settings:   key {settings.get('json_key')!r}, {settings.get('level')} "
+            f"level, append EOD {eod}, special tokens added "
+            f"{_yes_no(settings.get('add_special_tokens'))}"
+        )
     for part in record.get("merged_from") or []:
-        lines.append(f"  merged:     {part.get('prefix')} ({(part.get('counts') or {}).get('documents')}"
-                     " documents)")
+        lines.append(
+            f"  merged:     {part.get('prefix')} ({(part.get('counts') or {}).get('documents')}"
+            " documents)"
+        )
     inputs = record.get("inputs") or []
     size = sum(int(entry.get("bytes") or 0) for entry in inputs)
     lines.append(f"  inputs:     {len(inputs)} ({size:,} bytes)")
-    lines += [f"    {entry.get('kind')}: {entry.get('path', entry.get('type'))}"
-              + (f" sha256 {entry['sha256'][:12]}" if entry.get("sha256") else "")
-              for entry in inputs[:10]]
+    lines += [
+        f"    {entry.get('kind')}: {entry.get('path', entry.get('type'))}"
+        + (f" sha256 {entry['sha256'][:12]}" if entry.get("sha256") else "")
+        for entry in inputs[:10]
+    ]
     if len(inputs) > 10:
         lines.append(f"    ... and {len(inputs) - 10} more")
     counts = record.get("counts") or {}
-    lines.append("  counts:     " + ", ".join(f"{counts[name]:,} {name.replace('_', ' ')}"
-                                             for name in ("documents", "sequences", "tokens",
-                                                          "empty_documents") if name in counts))
+    lines.append(
+        "  counts:     "
+        + ", ".join(
+            f"{counts[name]:,} {name.replace('_', ' ')}"
+            for name in ("documents", "sequences", "tokens", "empty_documents")
+            if name in counts
+        )
+    )
     return lines
 
 
@@ -142,8 +196,10 @@ def _print_text(report: dict) -> None:
     print(f"prefix:     {s['prefix']}")
     print(f"idx:        {s['idx_path']} ({s['idx_bytes']} bytes)")
     print(f"bin:        {s['bin_path']} ({s['bin_bytes']} bytes)")
-    print(f"header:     MMIDIDX version {s['version']}, dtype {s['dtype']} "
-          f"(code {s['dtype_code']}), multimodal {'yes' if s['multimodal'] else 'no'}")
+    print(
+        f"header:     MMIDIDX version {s['version']}, dtype {s['dtype']} "
+        f"(code {s['dtype_code']}), multimodal {'yes' if s['multimodal'] else 'no'}"
+    )
     print(f"sequences:  {s['sequence_count']}")
     print(f"documents:  {s['document_count']}")
     print(f"tokens:     {s['token_count']}")
@@ -161,8 +217,10 @@ def _print_text(report: dict) -> None:
     if "documents" in report:
         print(f"decoded:    {report['decoded_with']}")
         for row in report["documents"]:
-            print(f"--- document {row['document']} ({row['tokens']} tokens, "
-                  f"{row['sequences']} sequences) ---")
+            print(
+                f"--- document {row['document']} ({row['tokens']} tokens, "
+                f"{row['sequences']} sequences) ---"
+            )
             print(row["text"])
         if report["documents"]:
             print("--- end ---")
@@ -184,16 +242,20 @@ def _read_provenance(prefix: str) -> tuple:
         return None, [f"warning: {error}"]
     if record is None:
         return None, []
-    return record, [f"warning: stale sidecar: {problem}" for problem in stale_problems(prefix,
-                                                                                        record)]
+    return record, [
+        f"warning: stale sidecar: {problem}" for problem in stale_problems(prefix, record)
+    ]
 
 
 def _look(report: dict, dataset: Any, record: Optional[dict], args: argparse.Namespace) -> None:
     """Add what --show asks: decoded documents with a tokenizer, else sequence token ids."""
     from tokenloom.cli._look import document_rows, resolve_tokenizer
 
-    tokenizer, note = (None, "multimodal: showing token ids") if dataset.multimodal else \
-        resolve_tokenizer(args.tokenizer, record)
+    tokenizer, note = (
+        (None, "multimodal: showing token ids")
+        if dataset.multimodal
+        else resolve_tokenizer(args.tokenizer, record)
+    )
     if tokenizer is None:
         report["preview"] = _preview(dataset, args.show, args.show_tokens)
         report["provenance_notes"].append(note)
@@ -214,9 +276,14 @@ def _inspect_one(prefix: str, args: argparse.Namespace) -> dict:
     record, notes = _read_provenance(prefix)
     with dataset:
         problems = check_integrity(dataset, args.vocab_size)
-        report = {"summary": dataset_summary(dataset), "ok": not problems, "problems": problems,
-                  "vocab_note": f" (token ids below {args.vocab_size})" if args.vocab_size else "",
-                  "provenance": record, "provenance_notes": notes}
+        report = {
+            "summary": dataset_summary(dataset),
+            "ok": not problems,
+            "problems": problems,
+            "vocab_note": f" (token ids below {args.vocab_size})" if args.vocab_size else "",
+            "provenance": record,
+            "provenance_notes": notes,
+        }
         if args.show:
             _look(report, dataset, record, args)
     return report
@@ -264,6 +331,9 @@ def run(args: argparse.Namespace) -> int:
                 print()
             _print_text(report)
         if plot is not None:
-            print(f"\nplot:       {plot['path']} (token frequencies from "
-                  + ", ".join(f"{n:,}" for n in plot["sampled_tokens"].values()) + " tokens)")
+            print(
+                f"\nplot:       {plot['path']} (token frequencies from "
+                + ", ".join(f"{n:,}" for n in plot["sampled_tokens"].values())
+                + " tokens)"
+            )
     return 0 if all(report["ok"] for report in reports) else 1

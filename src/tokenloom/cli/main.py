@@ -11,7 +11,8 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from tokenloom.errors import TokenloomError
 

@@ -35,19 +35,33 @@ examples:
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``merge`` subcommand."""
     parser = subparsers.add_parser(
-        "merge", help="concatenate several .bin/.idx pairs into one",
-        description=_DESCRIPTION, epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("prefixes", nargs="+", metavar="PREFIX",
-                        help="input dataset paths without .bin/.idx")
-    parser.add_argument("--output-prefix", required=True, metavar="OUT",
-                        help="path of the merged pair without .bin/.idx")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace an existing OUT.bin/OUT.idx (atomically, on success)")
+        "merge",
+        help="concatenate several .bin/.idx pairs into one",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "prefixes", nargs="+", metavar="PREFIX", help="input dataset paths without .bin/.idx"
+    )
+    parser.add_argument(
+        "--output-prefix",
+        required=True,
+        metavar="OUT",
+        help="path of the merged pair without .bin/.idx",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing OUT.bin/OUT.idx (atomically, on success)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
-    parser.add_argument("--allow-mixed-tokenizers", action="store_true",
-                        help="merge pairs whose provenance sidecars name different tokenizers "
-                             "(refused by default: their token ids mean different things)")
+    parser.add_argument(
+        "--allow-mixed-tokenizers",
+        action="store_true",
+        help="merge pairs whose provenance sidecars name different tokenizers "
+        "(refused by default: their token ids mean different things)",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -99,8 +113,13 @@ def run(args: argparse.Namespace) -> int:
     total = sum(os.path.getsize(get_bin_path(prefix)) for prefix in prefixes)
     builder = IndexedDatasetBuilder(get_bin_path(out), dtype=dtype, multimodal=multimodal)
     with builder:
-        bar = progress(total=total, unit="B", unit_scale=True, desc="merge",
-                       enabled=False if args.no_progress else None)
+        bar = progress(
+            total=total,
+            unit="B",
+            unit_scale=True,
+            desc="merge",
+            enabled=False if args.no_progress else None,
+        )
         with bar:
             for prefix in prefixes:
                 builder.add_index(prefix, progress=bar.update)
@@ -108,7 +127,9 @@ def run(args: argparse.Namespace) -> int:
     sequences = sum(header.sequence_count for header in headers)
     documents = sum(header.num_documents for header in headers)
     tokens = total // numpy.dtype(dtype).itemsize
-    print(f"merged {len(prefixes)} datasets: {sequences} sequences, {documents} documents, "
-          f"{tokens} tokens ({numpy.dtype(dtype).name}{', multimodal' if multimodal else ''}) "
-          f"-> {get_bin_path(out)}, {get_idx_path(out)}")
+    print(
+        f"merged {len(prefixes)} datasets: {sequences} sequences, {documents} documents, "
+        f"{tokens} tokens ({numpy.dtype(dtype).name}{', multimodal' if multimodal else ''}) "
+        f"-> {get_bin_path(out)}, {get_idx_path(out)}"
+    )
     return 0

@@ -54,8 +54,11 @@ examples:
 # dest -> (flags, kind, help); kind: int, float, path, split (str), words (list), bool
 _OPTIONS: dict[str, tuple] = {
     "blend": (["--data-path", "--blend"], "words", "weight/prefix list: '0.7 a 0.3 b' or 'a b'"),
-    "blend_per_split": (["--per-split-data-args-path"], "path",
-                        'JSON file {"train": [...], "valid": [...], "test": [...]}'),
+    "blend_per_split": (
+        ["--per-split-data-args-path"],
+        "path",
+        'JSON file {"train": [...], "valid": [...], "test": [...]}',
+    ),
     "split": (["--split"], "split", "train,valid,test weights with --data-path, e.g. 98,2,0"),
     "sequence_length": (["--seq-length", "--sequence-length"], "int", "tokens per sample"),
     "random_seed": (["--seed", "--random-seed"], "int", "dataset seed (default 1234)"),
@@ -77,48 +80,80 @@ _OPTIONS: dict[str, tuple] = {
     "multiple_validation_sets": (["--multiple-validation-sets"], "bool", "one set per prefix"),
     "mid_level_dataset_surplus": (["--mid-level-dataset-surplus"], "float", "default 0.005"),
     "num_dataset_builder_threads": (["--num-dataset-builder-threads"], "int", "threads"),
-    "sequences_per_dataset": (["--per-dataset-sequences-path"], "path",
-                              "JSON from `tokenloom build-sequences-per-dataset`"),
+    "sequences_per_dataset": (
+        ["--per-dataset-sequences-path"],
+        "path",
+        "JSON from `tokenloom build-sequences-per-dataset`",
+    ),
     "reset_position_ids": (["--reset-position-ids"], "bool", "as in training"),
     "reset_attention_mask": (["--reset-attention-mask"], "bool", "as in training"),
     "eod_mask_loss": (["--eod-mask-loss"], "bool", "as in training"),
     "create_attention_mask": (["--create-attention-mask"], "bool", "as in training"),
     "add_extra_token_to_sequence": (["--add-extra-token-to-sequence"], "bool", "default on"),
-    "drop_last_partial_validation_sequence": (["--drop-last-partial-validation-sequence"],
-                                              "bool", "default on"),
+    "drop_last_partial_validation_sequence": (
+        ["--drop-last-partial-validation-sequence"],
+        "bool",
+        "default on",
+    ),
     "mmap_bin_files": (["--mmap-bin-files"], "bool", "default on"),
 }
-_ALIASES = {"data_path": "blend", "seq_length": "sequence_length", "seed": "random_seed",
-            "data_cache_path": "path_to_cache", "per_split_data_args_path": "blend_per_split",
-            "per_dataset_sequences_path": "sequences_per_dataset",
-            "prepare_cache_world_size": "world_size"}
-_GPT_FIELDS = ("split", "sequence_length", "random_seed", "path_to_cache", "full_validation",
-               "multiple_validation_sets", "mid_level_dataset_surplus",
-               "num_dataset_builder_threads", "sequences_per_dataset", "reset_position_ids",
-               "reset_attention_mask", "eod_mask_loss", "create_attention_mask",
-               "add_extra_token_to_sequence", "drop_last_partial_validation_sequence",
-               "mmap_bin_files")
+_ALIASES = {
+    "data_path": "blend",
+    "seq_length": "sequence_length",
+    "seed": "random_seed",
+    "data_cache_path": "path_to_cache",
+    "per_split_data_args_path": "blend_per_split",
+    "per_dataset_sequences_path": "sequences_per_dataset",
+    "prepare_cache_world_size": "world_size",
+}
+_GPT_FIELDS = (
+    "split",
+    "sequence_length",
+    "random_seed",
+    "path_to_cache",
+    "full_validation",
+    "multiple_validation_sets",
+    "mid_level_dataset_surplus",
+    "num_dataset_builder_threads",
+    "sequences_per_dataset",
+    "reset_position_ids",
+    "reset_attention_mask",
+    "eod_mask_loss",
+    "create_attention_mask",
+    "add_extra_token_to_sequence",
+    "drop_last_partial_validation_sequence",
+    "mmap_bin_files",
+)
 _KINDS = {"int": int, "float": float, "path": str, "split": str}
 
 
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``prepare-cache`` subcommand."""
     parser = subparsers.add_parser(
-        "prepare-cache", help="build every index cache of a training run offline",
-        description=_DESCRIPTION, epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "prepare-cache",
+        help="build every index cache of a training run offline",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--config", metavar="FILE", help="JSON or YAML file with the settings")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the plan (sizes, parallelism, cache path) and build nothing")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (sizes, parallelism, cache path) and build nothing",
+    )
     group = parser.add_argument_group("settings (override --config)")
     for dest, (flags, kind, text) in _OPTIONS.items():
         if kind == "bool":
-            group.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction,
-                               default=None, help=text)
+            group.add_argument(
+                *flags, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=text
+            )
         elif kind == "words":
             group.add_argument(*flags, dest=dest, nargs="+", metavar="WORD", help=text)
         else:
-            group.add_argument(*flags, dest=dest, type=_KINDS[kind], metavar=kind.upper(), help=text)
+            group.add_argument(
+                *flags, dest=dest, type=_KINDS[kind], metavar=kind.upper(), help=text
+            )
     parser.set_defaults(func=run)
     return parser
 
@@ -134,8 +169,10 @@ def load_settings_file(path: str) -> dict[str, Any]:
         try:
             import yaml
         except ImportError:
-            raise ConfigError(f"--config {path}: reading YAML needs PyYAML "
-                              f"(pip install pyyaml), or write the config as JSON") from None
+            raise ConfigError(
+                f"--config {path}: reading YAML needs PyYAML "
+                f"(pip install pyyaml), or write the config as JSON"
+            ) from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as error:
@@ -159,8 +196,10 @@ def canonical_settings(data: dict[str, Any], source: str) -> dict[str, Any]:
             settings.update(canonical_settings(value, f"{source} tokenizer"))
             continue
         if key not in _OPTIONS:
-            raise ConfigError(f"{source}: unknown setting {raw_key!r}; known settings: "
-                              f"{', '.join(sorted(_OPTIONS))}")
+            raise ConfigError(
+                f"{source}: unknown setting {raw_key!r}; known settings: "
+                f"{', '.join(sorted(_OPTIONS))}"
+            )
         settings[key] = value
     return settings
 
@@ -188,8 +227,9 @@ class Plan:
     sizes: list[Optional[int]]
 
 
-def _int_setting(settings: dict[str, Any], key: str, default: Optional[int] = None,
-                 minimum: int = 0) -> Optional[int]:
+def _int_setting(
+    settings: dict[str, Any], key: str, default: Optional[int] = None, minimum: int = 0
+) -> Optional[int]:
     value = settings.get(key, default)
     if value is None:
         return None
@@ -207,18 +247,24 @@ def _int_or_default(settings: dict[str, Any], key: str, default: int, minimum: i
 def compute_plan(settings: dict[str, Any]) -> Plan:
     """Data-parallel size, global batch size and the train/valid/test sample targets."""
     world = _int_or_default(settings, "world_size", 1, 1)
-    tp, pp, cp = (_int_or_default(settings, f"{name}_parallel_size", 1, 1)
-                  for name in ("tensor_model", "pipeline_model", "context"))
+    tp, pp, cp = (
+        _int_or_default(settings, f"{name}_parallel_size", 1, 1)
+        for name in ("tensor_model", "pipeline_model", "context")
+    )
     if world % (tp * pp * cp):
-        raise ConfigError(f"world_size={world} is not divisible by tensor x pipeline x context "
-                          f"parallel sizes = {tp} x {pp} x {cp} = {tp * pp * cp}")
+        raise ConfigError(
+            f"world_size={world} is not divisible by tensor x pipeline x context "
+            f"parallel sizes = {tp} x {pp} x {cp} = {tp * pp * cp}"
+        )
     dp = world // (tp * pp * cp)
     gbs = _int_setting(settings, "global_batch_size", None, 1)
     if gbs is None:
         mbs = _int_setting(settings, "micro_batch_size", None, 1)
         if mbs is None:
-            raise ConfigError("give global_batch_size (or micro_batch_size, then the global batch "
-                              "size is micro_batch_size x data-parallel size)")
+            raise ConfigError(
+                "give global_batch_size (or micro_batch_size, then the global batch "
+                "size is micro_batch_size x data-parallel size)"
+            )
         gbs = mbs * dp
     return Plan(world, tp, pp, cp, dp, gbs, _target_sizes(settings, gbs))
 
@@ -235,8 +281,10 @@ def _target_sizes(settings: dict[str, Any], gbs: int) -> list[Optional[int]]:
         valid = None
     else:
         if train_iters is None or eval_interval is None:
-            raise ConfigError("give train_iters and eval_interval to size the valid split "
-                              "(valid = (train_iters // eval_interval + 1) * eval_iters * gbs)")
+            raise ConfigError(
+                "give train_iters and eval_interval to size the valid split "
+                "(valid = (train_iters // eval_interval + 1) * eval_iters * gbs)"
+            )
         valid = (train_iters // eval_interval + 1) * eval_iters * gbs
     return [train, valid, eval_iters * gbs]
 
@@ -253,8 +301,10 @@ def make_config(settings: dict[str, Any]):
     fields = {key: settings[key] for key in _GPT_FIELDS if settings.get(key) is not None}
     blend, per_split = settings.get("blend"), settings.get("blend_per_split")
     if blend is None and per_split is None:
-        raise ConfigError("no data: prepare-cache builds the caches of real data, and mock data "
-                          "(no blend) has none. Give --data-path or --per-split-data-args-path")
+        raise ConfigError(
+            "no data: prepare-cache builds the caches of real data, and mock data "
+            "(no blend) has none. Give --data-path or --per-split-data-args-path"
+        )
     if blend is not None:
         fields["blend"] = get_blend_from_list(blend.split() if isinstance(blend, str) else blend)
     elif isinstance(per_split, dict):
@@ -262,8 +312,9 @@ def make_config(settings: dict[str, Any]):
     elif per_split is not None:
         fields["blend_per_split"] = get_blend_per_split_from_file(per_split)
     if fields.get("path_to_cache") is None:
-        raise ConfigError("give --data-cache-path: the directory the training run reads its "
-                          "index cache from")
+        raise ConfigError(
+            "give --data-cache-path: the directory the training run reads its index cache from"
+        )
     if settings.get("vocab_size") is None or settings.get("eod") is None:
         raise ConfigError("give the tokenizer's --vocab-size and --eod (they shape the samples)")
     fields.setdefault("random_seed", 1234)
@@ -272,8 +323,9 @@ def make_config(settings: dict[str, Any]):
     if "sequence_length" not in fields:
         raise ConfigError("give --seq-length (tokens per sample)")
     tokenizer = SimpleTokenizer(settings["vocab_size"], settings["eod"], settings.get("pad"))
-    return GPTDatasetConfig(tokenizer=tokenizer, fast_cache_load=False,
-                            defer_npy_index_mmap=False, **fields)
+    return GPTDatasetConfig(
+        tokenizer=tokenizer, fast_cache_load=False, defer_npy_index_mmap=False, **fields
+    )
 
 
 def _describe(dataset: Any) -> str:
@@ -291,10 +343,14 @@ def run(args: argparse.Namespace) -> int:
     settings = merged_settings(args)
     config = make_config(settings)
     plan = compute_plan(settings)
-    sizes = " | ".join(f"{name} {size}" for name, size in zip(("train", "valid", "test"), plan.sizes))
+    sizes = " | ".join(
+        f"{name} {size}" for name, size in zip(("train", "valid", "test"), plan.sizes)
+    )
     print(f"world size:          {plan.world_size}")
-    print(f"data-parallel size:  {plan.data_parallel_size}  (world {plan.world_size} / (TP "
-          f"{plan.tensor} x PP {plan.pipeline} x CP {plan.context}))")
+    print(
+        f"data-parallel size:  {plan.data_parallel_size}  (world {plan.world_size} / (TP "
+        f"{plan.tensor} x PP {plan.pipeline} x CP {plan.context}))"
+    )
     print(f"global batch size:   {plan.global_batch_size}")
     print(f"cache path:          {os.path.abspath(config.path_to_cache)}")
     print(f"target samples:      {sizes}")

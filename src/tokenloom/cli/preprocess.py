@@ -72,43 +72,92 @@ examples:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "preprocess", help="tokenize JSONL/Parquet/HF datasets into .bin/.idx pairs",
-        description=DESCRIPTION, epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "preprocess",
+        help="tokenize JSONL/Parquet/HF datasets into .bin/.idx pairs",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.__class__ = SuggestingParser  # unknown flags get "did you mean"
-    parser.add_argument("--input", nargs="+", action="extend", default=None,
-                        metavar="FILE_OR_GLOB",
-                        help="JSONL or Parquet files or glob patterns (repeatable)")
-    parser.add_argument("--hf-dataset", metavar="PATH",
-                        help="a Hugging Face dataset saved with save_to_disk (instead of --input)")
-    parser.add_argument("--hf-split", metavar="NAME", help="the split of a --hf-dataset DatasetDict")
-    parser.add_argument("--output-prefix", required=True, metavar="P",
-                        help="outputs are P_{key}_document.bin/.idx")
+    parser.add_argument(
+        "--input",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="FILE_OR_GLOB",
+        help="JSONL or Parquet files or glob patterns (repeatable)",
+    )
+    parser.add_argument(
+        "--hf-dataset",
+        metavar="PATH",
+        help="a Hugging Face dataset saved with save_to_disk (instead of --input)",
+    )
+    parser.add_argument(
+        "--hf-split", metavar="NAME", help="the split of a --hf-dataset DatasetDict"
+    )
+    parser.add_argument(
+        "--output-prefix", required=True, metavar="P", help="outputs are P_{key}_document.bin/.idx"
+    )
     parser.add_argument("--tokenizer", default=None, metavar="SPEC", help=SPEC_HELP)
-    parser.add_argument("--json-keys", nargs="+", default=["text"], metavar="KEY",
-                        help="keys holding the documents (default: text)")
-    parser.add_argument("--append-eod", action="store_true",
-                        help="append the end-of-document token to every non-empty document")
-    parser.add_argument("--eod-token", default=None, metavar="TOKEN_OR_ID",
-                        help="end-of-document token (text or id) when the detected one is wrong")
-    parser.add_argument("--tiktoken-pattern", default=None, metavar="NAME_OR_REGEX",
-                        help="tiktoken split pattern: v1/v2 with --tokenizer-type TikTokenizer; "
-                             "an encoding name or regex for a .tiktoken file")
-    parser.add_argument("--workers", type=int, default=1, metavar="N",
-                        help="tokenizing processes (default 1: in-process threads)")
-    parser.add_argument("--chunk-mb", type=float, default=1.0, metavar="MB",
-                        help="input MiB per tokenizer batch at most (default 1; inputs of a "
-                             "few MB are cut finer, so that the stages overlap)")
+    parser.add_argument(
+        "--json-keys",
+        nargs="+",
+        default=["text"],
+        metavar="KEY",
+        help="keys holding the documents (default: text)",
+    )
+    parser.add_argument(
+        "--append-eod",
+        action="store_true",
+        help="append the end-of-document token to every non-empty document",
+    )
+    parser.add_argument(
+        "--eod-token",
+        default=None,
+        metavar="TOKEN_OR_ID",
+        help="end-of-document token (text or id) when the detected one is wrong",
+    )
+    parser.add_argument(
+        "--tiktoken-pattern",
+        default=None,
+        metavar="NAME_OR_REGEX",
+        help="tiktoken split pattern: v1/v2 with --tokenizer-type TikTokenizer; "
+        "an encoding name or regex for a .tiktoken file",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="tokenizing processes (default 1: in-process threads)",
+    )
+    parser.add_argument(
+        "--chunk-mb",
+        type=float,
+        default=1.0,
+        metavar="MB",
+        help="input MiB per tokenizer batch at most (default 1; inputs of a "
+        "few MB are cut finer, so that the stages overlap)",
+    )
     add_megatron_flags(parser)
     add_sentence_flags(parser)
     _add_policies(parser)
     from tokenloom.preprocess.ray_engine.cli import add_engine_flags
 
     add_engine_flags(parser)  # --engine ray [--address] [--num-shards] [--no-merge] (docs/ray.md)
-    parser.add_argument("--progress", dest="show_progress", action="store_true", default=None,
-                        help="always show the progress bar (default: only on a terminal)")
-    parser.add_argument("--no-progress", dest="show_progress", action="store_false",
-                        help="never show the progress bar")
+    parser.add_argument(
+        "--progress",
+        dest="show_progress",
+        action="store_true",
+        default=None,
+        help="always show the progress bar (default: only on a terminal)",
+    )
+    parser.add_argument(
+        "--no-progress",
+        dest="show_progress",
+        action="store_false",
+        help="never show the progress bar",
+    )
     parser.set_defaults(func=run)
 
 
@@ -149,18 +198,30 @@ def run(args) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     tokenizer = tokenizer_from_args(args)
     policy, splitter = policy_from_args(args), splitter_from_args(args)
-    print(f"tokenloom preprocess: {tokenizer!r}, {len(args.json_keys)} key(s), "
-          f"{args.workers} worker(s); {settings_line(tokenizer, policy, args)}", flush=True)
+    print(
+        f"tokenloom preprocess: {tokenizer!r}, {len(args.json_keys)} key(s), "
+        f"{args.workers} worker(s); {settings_line(tokenizer, policy, args)}",
+        flush=True,
+    )
     from tokenloom.storage.staging import staged_output
 
     # s3:// / msc:// outputs: written and finalized locally, uploaded only on success
     with staged_output(args.output_prefix) as output_prefix:
-        summary = preprocess(inputs, output_prefix, tokenizer, json_keys=args.json_keys,
-                             append_eod=args.append_eod, workers=args.workers, policy=policy,
-                             chunk_bytes=max(int(args.chunk_mb * (1 << 20)), 1),
-                             show_progress=args.show_progress, partitions=args.partitions,
-                             keep_sequential_samples=args.keep_sequential_samples,
-                             sentence_splitter=splitter, log_interval=args.log_interval)
+        summary = preprocess(
+            inputs,
+            output_prefix,
+            tokenizer,
+            json_keys=args.json_keys,
+            append_eod=args.append_eod,
+            workers=args.workers,
+            policy=policy,
+            chunk_bytes=max(int(args.chunk_mb * (1 << 20)), 1),
+            show_progress=args.show_progress,
+            partitions=args.partitions,
+            keep_sequential_samples=args.keep_sequential_samples,
+            sentence_splitter=splitter,
+            log_interval=args.log_interval,
+        )
     for line in summary.lines():
         print(line)
     return 0

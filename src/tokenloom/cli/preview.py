@@ -50,22 +50,50 @@ _SPLITS = ("train", "valid", "test")
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``preview`` subcommand."""
     parser = subparsers.add_parser(
-        "preview", help="decoded samples and the epochs of each source of a training blend",
-        description=_DESCRIPTION, epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", metavar="FILE", required=True,
-                        help="the training config (JSON or YAML) that prepare-cache reads")
-    parser.add_argument("--tokenizer", metavar="SPEC",
-                        help="decode with this tokenizer (default: the sidecar's)")
-    parser.add_argument("--split", dest="preview_split", choices=_SPLITS, default="train",
-                        help="the split to preview (default train)")
-    parser.add_argument("--samples", type=int, default=4, metavar="N",
-                        help="random samples to print (default 4; 0: only the sources)")
+        "preview",
+        help="decoded samples and the epochs of each source of a training blend",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        required=True,
+        help="the training config (JSON or YAML) that prepare-cache reads",
+    )
+    parser.add_argument(
+        "--tokenizer", metavar="SPEC", help="decode with this tokenizer (default: the sidecar's)"
+    )
+    parser.add_argument(
+        "--split",
+        dest="preview_split",
+        choices=_SPLITS,
+        default="train",
+        help="the split to preview (default train)",
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=4,
+        metavar="N",
+        help="random samples to print (default 4; 0: only the sources)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="picks the random samples")
-    parser.add_argument("--chars", type=int, default=400, metavar="C",
-                        help="at most C characters per document piece (default 400; 0: all)")
-    parser.add_argument("--warn-repeats", type=float, default=4.0, metavar="R",
-                        help="warn when a source's tokens repeat more than R times (default 4)")
+    parser.add_argument(
+        "--chars",
+        type=int,
+        default=400,
+        metavar="C",
+        help="at most C characters per document piece (default 400; 0: all)",
+    )
+    parser.add_argument(
+        "--warn-repeats",
+        type=float,
+        default=4.0,
+        metavar="R",
+        help="warn when a source's tokens repeat more than R times (default 4)",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -85,8 +113,11 @@ def blend_prefixes(settings: dict[str, Any]) -> list[str]:
         return list(parsed[0]) if parsed else []
     if per_split is None:
         return []
-    blends = get_blend_per_split_from_dict(per_split, "blend_per_split") if isinstance(
-        per_split, dict) else get_blend_per_split_from_file(per_split)
+    blends = (
+        get_blend_per_split_from_dict(per_split, "blend_per_split")
+        if isinstance(per_split, dict)
+        else get_blend_per_split_from_file(per_split)
+    )
     return list(dict.fromkeys(p for b in blends if b for p in b[0]))
 
 
@@ -94,8 +125,9 @@ def parts_of(dataset: Any) -> tuple[list[Any], numpy.ndarray, list[float]]:
     """``(sources, samples drawn from each, weights)`` of a blended or a single dataset."""
     if hasattr(dataset, "dataset_index"):
         parts = list(dataset.datasets)
-        drawn = numpy.bincount(numpy.asarray(dataset.dataset_index, numpy.int64),
-                               minlength=len(parts))
+        drawn = numpy.bincount(
+            numpy.asarray(dataset.dataset_index, numpy.int64), minlength=len(parts)
+        )
         return parts, drawn, [float(w) for w in dataset.weights]
     return [dataset], numpy.array([len(dataset)]), [1.0]
 
@@ -111,32 +143,47 @@ def source_rows(dataset: Any) -> list[dict[str, Any]]:
         indices = part.indices if part.indices is not None else numpy.arange(len(part.dataset))
         tokens = int(numpy.asarray(part.dataset.sequence_lengths)[indices].sum(dtype=numpy.int64))
         epochs = int(part.document_index.shape[0]) // max(int(indices.shape[0]), 1)
-        rows.append({"source": part.dataset_path or type(part.dataset).__name__,
-                     "weight": weight / total_weight, "documents": int(indices.shape[0]),
-                     "tokens": tokens, "samples_built": len(part), "samples_drawn": int(used),
-                     "epochs": epochs,
-                     "repeats": (int(used) * seq + extra) / tokens if tokens else float("inf")})
+        rows.append(
+            {
+                "source": part.dataset_path or type(part.dataset).__name__,
+                "weight": weight / total_weight,
+                "documents": int(indices.shape[0]),
+                "tokens": tokens,
+                "samples_built": len(part),
+                "samples_drawn": int(used),
+                "epochs": epochs,
+                "repeats": (int(used) * seq + extra) / tokens if tokens else float("inf"),
+            }
+        )
     return rows
 
 
 def print_sources(name: str, dataset: Any, warn_repeats: float) -> list[dict[str, Any]]:
     """Print the source table of one split; warn loudly about heavy repetition."""
     rows = source_rows(dataset)
-    print(f"{name} split: {len(dataset):,} samples of {dataset_sequence_length(dataset)} "
-          f"tokens from {len(rows)} source(s)")
-    print(f"  {'weight':>7} {'documents':>11} {'tokens':>14} {'samples':>11} {'epochs':>6} "
-          f"{'repeats':>8}  source")
+    print(
+        f"{name} split: {len(dataset):,} samples of {dataset_sequence_length(dataset)} "
+        f"tokens from {len(rows)} source(s)"
+    )
+    print(
+        f"  {'weight':>7} {'documents':>11} {'tokens':>14} {'samples':>11} {'epochs':>6} "
+        f"{'repeats':>8}  source"
+    )
     for row in rows:
         flag = "  <-- REPEATED" if row["repeats"] > warn_repeats else ""
-        print(f"  {row['weight']:>7.3f} {row['documents']:>11,} {row['tokens']:>14,} "
-              f"{row['samples_drawn']:>11,} {row['epochs']:>6} {row['repeats']:>7.2f}x  "
-              f"{row['source']}{flag}")
+        print(
+            f"  {row['weight']:>7.3f} {row['documents']:>11,} {row['tokens']:>14,} "
+            f"{row['samples_drawn']:>11,} {row['epochs']:>6} {row['repeats']:>7.2f}x  "
+            f"{row['source']}{flag}"
+        )
     for row in rows:
         if row["repeats"] > warn_repeats:
-            message = (f"WARNING: {row['source']} is repeated {row['repeats']:.1f} times in the "
-                       f"{name} split ({row['epochs']} epochs of {row['documents']:,} documents): "
-                       "the model sees each of its tokens that often. Add data, lower its "
-                       "weight, or train on fewer samples.")
+            message = (
+                f"WARNING: {row['source']} is repeated {row['repeats']:.1f} times in the "
+                f"{name} split ({row['epochs']} epochs of {row['documents']:,} documents): "
+                "the model sees each of its tokens that often. Add data, lower its "
+                "weight, or train on fewer samples."
+            )
             print(message)
             print(f"tokenloom preview: {message}", file=sys.stderr)
     return rows
@@ -152,8 +199,9 @@ def sample_segments(part: Any, idx: int) -> list[tuple[int, int, int]]:
     """``(sequence id, first token, token count)`` of each document piece in sample
     ``idx`` of a GPT dataset (megatron-core's walk of its sample index)."""
     j = int(part.shuffle_index[idx])
-    (begin, begin_offset), (end, end_offset) = (tuple(int(v) for v in part.sample_index[k])
-                                                for k in (j, j + 1))
+    (begin, begin_offset), (end, end_offset) = (
+        tuple(int(v) for v in part.sample_index[k]) for k in (j, j + 1)
+    )
     extra = int(part.config.add_extra_token_to_sequence)
     documents = part.document_index
     if begin == end:
@@ -178,19 +226,27 @@ def _decode(tokenizer: Any, ids: numpy.ndarray, chars: int) -> str:
     return shorten(tokenizer.decode(ids), chars)
 
 
-def render_sample(window: numpy.ndarray, segments: Sequence[tuple[int, int, int]],
-                  loss_mask: numpy.ndarray, tokenizer: Any, chars: int) -> list[str]:
+def render_sample(
+    window: numpy.ndarray,
+    segments: Sequence[tuple[int, int, int]],
+    loss_mask: numpy.ndarray,
+    tokenizer: Any,
+    chars: int,
+) -> list[str]:
     """Lines for one sample: each document piece under a boundary line, runs of tokens
     whose labels are masked out shown as ``[MASKED: ...]``."""
     lines, position = [], 0
     for doc, offset, count in segments:
-        lines.append(f"|--- document {doc}" + (f" from token {offset}" if offset else "")
-                     + f" ({count} tokens) ---|")
+        lines.append(
+            f"|--- document {doc}"
+            + (f" from token {offset}" if offset else "")
+            + f" ({count} tokens) ---|"
+        )
         masked = [position + k >= 1 and not loss_mask[position + k - 1] for k in range(count)]
         pieces = []
         for is_masked, group in itertools.groupby(range(count), key=lambda k: masked[k]):
             ks = list(group)
-            text = _decode(tokenizer, window[position + ks[0]:position + ks[-1] + 1], chars)
+            text = _decode(tokenizer, window[position + ks[0] : position + ks[-1] + 1], chars)
             pieces.append(f"[MASKED: {text}]" if is_masked else text)
         lines.append("".join(pieces) if tokenizer is not None else " ".join(pieces))
         position += count
@@ -211,13 +267,17 @@ def print_sample(dataset: Any, k: int, tokenizer: Any, chars: int) -> None:
     sample = part[inner]
     tokens, mask = numpy.asarray(sample["tokens"]), numpy.asarray(sample["loss_mask"])
     segments = sample_segments(part, inner)
-    window = numpy.concatenate([numpy.asarray(part.dataset.get(doc, offset, count))
-                                for doc, offset, count in segments])
+    window = numpy.concatenate(
+        [numpy.asarray(part.dataset.get(doc, offset, count)) for doc, offset, count in segments]
+    )
     kept = int(numpy.count_nonzero(mask))
-    print(f"\n=== sample {k} {where} ({tokens.shape[0]} tokens, {len(segments)} document "
-          f"piece(s); loss mask keeps {kept}/{mask.shape[0]} labels) ===")
-    if window.shape[0] < tokens.shape[0] or not numpy.array_equal(window[:tokens.shape[0]],
-                                                                  tokens):
+    print(
+        f"\n=== sample {k} {where} ({tokens.shape[0]} tokens, {len(segments)} document "
+        f"piece(s); loss mask keeps {kept}/{mask.shape[0]} labels) ==="
+    )
+    if window.shape[0] < tokens.shape[0] or not numpy.array_equal(
+        window[: tokens.shape[0]], tokens
+    ):
         print("(padded sample: shown without boundaries)")  # drop_last_partial=False tail
         window, segments = tokens, [(-1, 0, int(tokens.shape[0]))]
     for line in render_sample(window, segments, mask, tokenizer, chars):
@@ -263,13 +323,15 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(chosen, list):  # multiple validation sets: the first
         chosen = chosen[0] if chosen else None
     if chosen is None or len(chosen) == 0:
-        raise ConfigError(f"the {args.preview_split} split is empty in {args.config}: choose "
-                          "another "
-                          "with --split, or give it weight and samples")
+        raise ConfigError(
+            f"the {args.preview_split} split is empty in {args.config}: choose "
+            "another "
+            "with --split, or give it weight and samples"
+        )
     print_sources(args.preview_split, chosen, args.warn_repeats)
-    picks = numpy.random.default_rng(args.seed).choice(len(chosen), min(args.samples,
-                                                                         len(chosen)),
-                                                       replace=False)
+    picks = numpy.random.default_rng(args.seed).choice(
+        len(chosen), min(args.samples, len(chosen)), replace=False
+    )
     for k in sorted(int(p) for p in picks):
         print_sample(chosen, k, tokenizer, args.chars)
     return 0

@@ -139,24 +139,37 @@ def _tiny_corpus(prefix: str, dtype: numpy.dtype) -> str:
 def _tiny_dataset(prefix: str, cache: str) -> Any:
     from tokenloom.datasets import GPTDataset, GPTDatasetConfig, Split
 
-    config = GPTDatasetConfig(random_seed=1, sequence_length=8, blend=([prefix], None),
-                              split="100,0,0", path_to_cache=cache, create_attention_mask=False,
-                              tokenizer={"vocab_size": 100, "eod": 2}, reset_position_ids=False,
-                              reset_attention_mask=False, eod_mask_loss=False)
+    config = GPTDatasetConfig(
+        random_seed=1,
+        sequence_length=8,
+        blend=([prefix], None),
+        split="100,0,0",
+        path_to_cache=cache,
+        create_attention_mask=False,
+        tokenizer={"vocab_size": 100, "eod": 2},
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+    )
     low = GPTDataset.build_low_level_dataset(prefix, config)
     documents = numpy.arange(len(low.sequence_lengths), dtype=numpy.int32)
     return GPTDataset(low, prefix, documents, None, Split.train, config)
 
 
 _WARMERS: dict[str, Callable[[Sequence[str]], list[Any]]] = {
-    "index": _index_kernels, "blending": _blending_kernels,
-    "shuffle": _shuffle_kernels, "samples": _sample_kernels,
+    "index": _index_kernels,
+    "blending": _blending_kernels,
+    "shuffle": _shuffle_kernels,
+    "samples": _sample_kernels,
     "permutation": _permutation_kernels,
 }
 
 
-def warm_up(groups: Iterable[str] = GROUPS, token_dtypes: Sequence[str] = ("uint16", "int32"),
-            report: Callable[[str], None] = lambda line: None) -> list[tuple[str, float, str]]:
+def warm_up(
+    groups: Iterable[str] = GROUPS,
+    token_dtypes: Sequence[str] = ("uint16", "int32"),
+    report: Callable[[str], None] = lambda line: None,
+) -> list[tuple[str, float, str]]:
     """Compile (or load from numba's cache) every kernel of ``groups``.
 
     Returns ``(group, seconds, cache folder)`` per group; ``report`` receives a line
@@ -169,14 +182,19 @@ def warm_up(groups: Iterable[str] = GROUPS, token_dtypes: Sequence[str] = ("uint
     from tokenloom.kernels import DISABLE_ENV, KERNELS
 
     groups, token_dtypes = list(groups), list(token_dtypes)
-    unknown = [g for g in groups if g not in GROUPS] + [d for d in token_dtypes
-                                                       if d not in _TOKEN_DTYPES]
+    unknown = [g for g in groups if g not in GROUPS] + [
+        d for d in token_dtypes if d not in _TOKEN_DTYPES
+    ]
     if unknown:
-        raise ConfigError(f"warmup: unknown kernel group or token dtype {unknown[0]!r}; "
-                          f"groups: {', '.join(GROUPS)}; dtypes: {', '.join(_TOKEN_DTYPES)}")
+        raise ConfigError(
+            f"warmup: unknown kernel group or token dtype {unknown[0]!r}; "
+            f"groups: {', '.join(GROUPS)}; dtypes: {', '.join(_TOKEN_DTYPES)}"
+        )
     if not KERNELS.available() or KERNELS.get("sample_index") is None:
-        raise ConfigError(f"warmup: the numba kernels cannot run here (numba missing, or "
-                          f"{DISABLE_ENV} set); nothing to compile")
+        raise ConfigError(
+            f"warmup: the numba kernels cannot run here (numba missing, or "
+            f"{DISABLE_ENV} set); nothing to compile"
+        )
     results = []
     for group in groups:
         start = time.perf_counter()
@@ -191,15 +209,26 @@ def warm_up(groups: Iterable[str] = GROUPS, token_dtypes: Sequence[str] = ("uint
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``warmup`` subcommand."""
     parser = subparsers.add_parser(
-        "warmup", help="compile every numba kernel into numba's cache (container builds)",
-        description=_DESCRIPTION, epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kernels", default=",".join(GROUPS), metavar="GROUPS",
-                        help=f"comma-separated kernel groups (default: all: {','.join(GROUPS)})")
-    parser.add_argument("--token-dtypes", default="uint16,int32", metavar="DTYPES",
-                        help="token dtypes of the .bin files to compile the sample kernels "
-                             "for (default: uint16,int32, what preprocess writes for "
-                             "vocabularies below / above 65,500)")
+        "warmup",
+        help="compile every numba kernel into numba's cache (container builds)",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--kernels",
+        default=",".join(GROUPS),
+        metavar="GROUPS",
+        help=f"comma-separated kernel groups (default: all: {','.join(GROUPS)})",
+    )
+    parser.add_argument(
+        "--token-dtypes",
+        default="uint16,int32",
+        metavar="DTYPES",
+        help="token dtypes of the .bin files to compile the sample kernels "
+        "for (default: uint16,int32, what preprocess writes for "
+        "vocabularies below / above 65,500)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print nothing on success")
     parser.set_defaults(func=_run)
     return parser
@@ -215,7 +244,8 @@ def _run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     warm_up(split(args.kernels), split(args.token_dtypes), report=say)
-    say(f"done in {time.perf_counter() - start:.1f} s; later processes load these kernels "
-        "from the cache")
+    say(
+        f"done in {time.perf_counter() - start:.1f} s; later processes load these kernels "
+        "from the cache"
+    )
     return 0
-

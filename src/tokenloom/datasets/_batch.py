@@ -27,8 +27,16 @@ from tokenloom.errors import ConfigError, SampleIndexError
 from tokenloom.index.validate import sample_rows
 from tokenloom.kernels import KERNELS, read_only
 
-__all__ = ["BATCH_FIELDS", "BatchInputs", "allocate_batch", "check_out", "fill_rows",
-           "get_batch", "reference_get_batch", "reference_rows"]
+__all__ = [
+    "BATCH_FIELDS",
+    "BatchInputs",
+    "allocate_batch",
+    "check_out",
+    "fill_rows",
+    "get_batch",
+    "reference_get_batch",
+    "reference_rows",
+]
 
 BATCH_FIELDS = {
     "tokens": numpy.int64,
@@ -40,8 +48,10 @@ BATCH_FIELDS = {
 
 def allocate_batch(batch_size: int, sequence_length: int) -> dict[str, numpy.ndarray]:
     """Empty ``[batch_size, sequence_length]`` arrays for every batch field."""
-    return {name: numpy.empty((batch_size, sequence_length), dtype=dtype)
-            for name, dtype in BATCH_FIELDS.items()}
+    return {
+        name: numpy.empty((batch_size, sequence_length), dtype=dtype)
+        for name, dtype in BATCH_FIELDS.items()
+    }
 
 
 def check_out(out: Mapping[str, numpy.ndarray], shape: tuple[int, int]) -> dict[str, numpy.ndarray]:
@@ -50,11 +60,21 @@ def check_out(out: Mapping[str, numpy.ndarray], shape: tuple[int, int]) -> dict[
     checked = {}
     for name, dtype in BATCH_FIELDS.items():
         array = out.get(name) if isinstance(out, Mapping) else None
-        if not isinstance(array, numpy.ndarray) or array.shape != shape \
-                or array.dtype != dtype or not array.flags.writeable:
-            got = None if array is None else f"{getattr(array, 'dtype', '?')} {getattr(array, 'shape', '?')}"
-            raise ConfigError(f"get_batch out[{name!r}] must be a writable {numpy.dtype(dtype)} "
-                              f"array of shape {shape}, got {got}")
+        if (
+            not isinstance(array, numpy.ndarray)
+            or array.shape != shape
+            or array.dtype != dtype
+            or not array.flags.writeable
+        ):
+            got = (
+                None
+                if array is None
+                else f"{getattr(array, 'dtype', '?')} {getattr(array, 'shape', '?')}"
+            )
+            raise ConfigError(
+                f"get_batch out[{name!r}] must be a writable {numpy.dtype(dtype)} "
+                f"array of shape {shape}, got {got}"
+            )
         checked[name] = array
     return checked
 
@@ -69,10 +89,18 @@ class BatchInputs:
     kernel's int64 parameter array; ``bound`` the index container they were made from.
     """
 
-    def __init__(self, source: TokenSource, maker: SampleMaker,
-                 arrays: Mapping[str, numpy.ndarray], count: int) -> None:
+    def __init__(
+        self,
+        source: TokenSource,
+        maker: SampleMaker,
+        arrays: Mapping[str, numpy.ndarray],
+        count: int,
+    ) -> None:
         document_index, sample_index, shuffle_index = (
-            arrays["document_index"], arrays["sample_index"], arrays["shuffle_index"])
+            arrays["document_index"],
+            arrays["sample_index"],
+            arrays["shuffle_index"],
+        )
         maker.check_indices(source, document_index, sample_index, shuffle_index, count)
         self.source = source
         self.bound: object = arrays
@@ -85,13 +113,19 @@ class BatchInputs:
             self.params = kernel_params(maker, source)
         except (TypeError, OverflowError, ValueError):  # e.g. a tokenizer without EOD
             return
-        self.kernel_args = (source.tokens, source.pointers, source.lengths,
-                            read_only(document_index), read_only(sample_index),
-                            read_only(shuffle_index))
+        self.kernel_args = (
+            source.tokens,
+            source.pointers,
+            source.lengths,
+            read_only(document_index),
+            read_only(sample_index),
+            read_only(shuffle_index),
+        )
 
 
-def reference_rows(dataset: Any, positions: numpy.ndarray, dest: numpy.ndarray,
-                   out: Mapping[str, numpy.ndarray]) -> None:
+def reference_rows(
+    dataset: Any, positions: numpy.ndarray, dest: numpy.ndarray, out: Mapping[str, numpy.ndarray]
+) -> None:
     """Row ``dest[i]`` of ``out`` <- ``dataset[positions[i]]`` (``-1``: ``dataset[None]``,
     a padding sample): the readable specification of :func:`fill_rows`."""
     count, batch = len(dataset), out["tokens"].shape[0]
@@ -103,8 +137,9 @@ def reference_rows(dataset: Any, positions: numpy.ndarray, dest: numpy.ndarray,
             out[name][row] = sample[name]
 
 
-def fill_rows(dataset: Any, positions: numpy.ndarray, dest: numpy.ndarray,
-              out: Mapping[str, numpy.ndarray]) -> None:
+def fill_rows(
+    dataset: Any, positions: numpy.ndarray, dest: numpy.ndarray, out: Mapping[str, numpy.ndarray]
+) -> None:
     """Row ``dest[i]`` of ``out`` <- sample ``positions[i]`` of ``dataset`` (int64, in
     ``[0, len(dataset))``, or ``-1`` for a padding sample), by the kernel when it can
     serve ``dataset`` (one that has ``batch_inputs()``), else by :func:`reference_rows`.
@@ -117,27 +152,40 @@ def fill_rows(dataset: Any, positions: numpy.ndarray, dest: numpy.ndarray,
     if module is None or inputs is None or inputs.kernel_args is None:
         reference_rows(dataset, positions, dest, out)
         return
-    status = int(module.fill_batch(*inputs.kernel_args, positions, dest, inputs.params,
-                                   out["tokens"], out["labels"], out["loss_mask"],
-                                   out["position_ids"]))
+    status = int(
+        module.fill_batch(
+            *inputs.kernel_args,
+            positions,
+            dest,
+            inputs.params,
+            out["tokens"],
+            out["labels"],
+            out["loss_mask"],
+            out["position_ids"],
+        )
+    )
     if status < 0:
         raise inputs.source.bad_document(-1 - status)
     if status > 0:
         i = status - 1
-        raise _out_of_range(dataset, int(positions[i]), int(dest[i]), out["tokens"].shape[0],
-                            inputs.count)
+        raise _out_of_range(
+            dataset, int(positions[i]), int(dest[i]), out["tokens"].shape[0], inputs.count
+        )
 
 
-def _out_of_range(dataset: Any, position: int, row: int, batch: int,
-                  count: int) -> SampleIndexError:
+def _out_of_range(
+    dataset: Any, position: int, row: int, batch: int, count: int
+) -> SampleIndexError:
     return SampleIndexError(
         f"sample index {position} out of range for {count} samples of this "
         f"{type(dataset).__name__} (get_batch output row {row} of {batch}; -1 is a padding "
-        f"sample); the blend's indices do not belong to this dataset")
+        f"sample); the blend's indices do not belong to this dataset"
+    )
 
 
-def reference_get_batch(dataset: Any, indices: Sequence[Optional[int]],
-                        out: dict[str, numpy.ndarray]) -> dict[str, numpy.ndarray]:
+def reference_get_batch(
+    dataset: Any, indices: Sequence[Optional[int]], out: dict[str, numpy.ndarray]
+) -> dict[str, numpy.ndarray]:
     """Fill ``out`` row by row from ``dataset[i]`` (readable, slow)."""
     for b, index in enumerate(indices):
         sample = dataset[index]
@@ -146,8 +194,11 @@ def reference_get_batch(dataset: Any, indices: Sequence[Optional[int]],
     return out
 
 
-def get_batch(dataset: Any, indices: Sequence[Optional[int]],
-              out: Optional[Mapping[str, numpy.ndarray]] = None) -> dict[str, numpy.ndarray]:
+def get_batch(
+    dataset: Any,
+    indices: Sequence[Optional[int]],
+    out: Optional[Mapping[str, numpy.ndarray]] = None,
+) -> dict[str, numpy.ndarray]:
     """See ``GPTDataset.get_batch``."""
     indices = list(indices)
     shape = (len(indices), dataset.config.sequence_length)

@@ -60,7 +60,9 @@ def coerce_tokenizer(tokenizer: object, simple: Callable[..., object]) -> object
         tokenizer = simple(**tokenizer)
     vocab_size = _attribute(tokenizer, "vocab_size")
     if vocab_size is not None and (not is_int(vocab_size) or vocab_size < 1):
-        raise ConfigError(f"tokenizer.vocab_size={vocab_size!r}: must be a positive integer or None")
+        raise ConfigError(
+            f"tokenizer.vocab_size={vocab_size!r}: must be a positive integer or None"
+        )
     eod = _attribute(tokenizer, "eod")
     if not is_int(eod) or eod < 0:
         raise ConfigError(f"tokenizer.eod={eod!r}: must be a non-negative integer token id")
@@ -106,16 +108,22 @@ def _check_weights(name: str, weights: object, count: int) -> Optional[list[floa
                 "instead of giving it weight 0"
             )
     if not math.isfinite(sum(float(weight) for weight in weights)):
-        raise ConfigError(f"{name}: weights {list(weights)} are too large to add up as floats; "
-                          "only their ratios matter, scale them down (e.g. to sum to 1)")
+        raise ConfigError(
+            f"{name}: weights {list(weights)} are too large to add up as floats; "
+            "only their ratios matter, scale them down (e.g. to sum to 1)"
+        )
     return list(weights)
 
 
 def check_blend(name: str, blend: object) -> tuple[list[str], Optional[list[float]]]:
     """A blend is ``(prefixes, weights or None)``; returns it with lists inside."""
     looks_flat = isinstance(blend, Sequence) and all(isinstance(b, str) for b in blend)
-    if isinstance(blend, (str, bytes)) or looks_flat or not isinstance(blend, Sequence) \
-            or len(blend) != 2:
+    if (
+        isinstance(blend, (str, bytes))
+        or looks_flat
+        or not isinstance(blend, Sequence)
+        or len(blend) != 2
+    ):
         raise ConfigError(
             f"{name}={blend!r}: expected (prefixes, weights or None), e.g. "
             "(['path/a', 'path/b'], [0.3, 0.7]); convert a flat list such as "
@@ -131,8 +139,10 @@ def check_object_storage(config: Any) -> None:
     remote = [p for p in config.prefixes() if p.startswith(OBJECT_STORAGE_SCHEMES)]
     if not remote:
         return
-    if config.object_storage_cache_path is None \
-            and getattr(config, "object_storage_config", None) is None:
+    if (
+        config.object_storage_cache_path is None
+        and getattr(config, "object_storage_config", None) is None
+    ):
         raise ConfigError(
             f"prefix {remote[0]!r} is in object storage: set object_storage_cache_path to a "
             "local directory for its .idx files"

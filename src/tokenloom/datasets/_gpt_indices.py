@@ -44,8 +44,12 @@ class EpochPlan:
 
     def total_samples(self, sequence_length: int, extra: int) -> int:
         """``len(dataset)``, computed without building the sample index."""
-        return count_samples(self.num_epochs * self.tokens_per_epoch, sequence_length, extra,
-                             self.drop_last_partial_sequence)
+        return count_samples(
+            self.num_epochs * self.tokens_per_epoch,
+            sequence_length,
+            extra,
+            self.drop_last_partial_sequence,
+        )
 
 
 def _check_nonempty(indices: numpy.ndarray, tokens_per_epoch: int, where: str) -> None:
@@ -58,8 +62,9 @@ def _check_nonempty(indices: numpy.ndarray, tokens_per_epoch: int, where: str) -
         )
 
 
-def _separate_final_epoch(num_samples: int, tokens: int, epochs: int, seq: int,
-                          extra: int, where: str) -> tuple[bool, int]:
+def _separate_final_epoch(
+    num_samples: int, tokens: int, epochs: int, seq: int, extra: int, where: str
+) -> tuple[bool, int]:
     sans_final = ((epochs - 1) * tokens - extra) // seq
     from_final = num_samples - sans_final
     per_epoch = (tokens - extra) // seq
@@ -71,9 +76,15 @@ def _separate_final_epoch(num_samples: int, tokens: int, epochs: int, seq: int,
     return from_final < int(SEPARATE_FINAL_EPOCH_THRESHOLD * per_epoch), sans_final
 
 
-def plan_epochs(sequence_lengths: numpy.ndarray, indices: numpy.ndarray,
-                num_samples: Optional[int], sequence_length: int, extra: int,
-                drop_last_partial_sequence: bool, where: str) -> EpochPlan:
+def plan_epochs(
+    sequence_lengths: numpy.ndarray,
+    indices: numpy.ndarray,
+    num_samples: Optional[int],
+    sequence_length: int,
+    extra: int,
+    drop_last_partial_sequence: bool,
+    where: str,
+) -> EpochPlan:
     """Epoch count and final-epoch rule; raises ConfigError on an empty split."""
     from tokenloom.index import num_epochs_needed
 
@@ -81,34 +92,50 @@ def plan_epochs(sequence_lengths: numpy.ndarray, indices: numpy.ndarray,
     exposed = sequence_lengths[indices]
     if indices.size and int(exposed.min()) < 0:
         at = int(indices[int(numpy.argmin(exposed))])
-        raise FormatError(f"{where}: sequence {at} has negative length {int(exposed.min())} in "
-                          "the .idx; the index file is corrupt: rebuild the .bin/.idx pair")
+        raise FormatError(
+            f"{where}: sequence {at} has negative length {int(exposed.min())} in "
+            "the .idx; the index file is corrupt: rebuild the .bin/.idx pair"
+        )
     tokens = int(numpy.sum(exposed, dtype=numpy.int64)) if indices.size else 0
     _check_nonempty(indices, tokens, where)
-    epochs = 1 if num_samples is None else num_epochs_needed(
-        tokens, num_samples, sequence_length, extra)
+    epochs = (
+        1 if num_samples is None else num_epochs_needed(tokens, num_samples, sequence_length, extra)
+    )
     separate, sans_final = False, 0
     if epochs > 1 and num_samples is not None:  # one epoch without a sample count
         separate, sans_final = _separate_final_epoch(
-            num_samples, tokens, epochs, sequence_length, extra, where)
+            num_samples, tokens, epochs, sequence_length, extra, where
+        )
     return EpochPlan(tokens, epochs, separate, sans_final, drop_last_partial_sequence)
 
 
-def build_indices(sequence_lengths: numpy.ndarray, indices: numpy.ndarray, plan: EpochPlan,
-                  sequence_length: int, extra: int, random_seed: int
-                  ) -> tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
+def build_indices(
+    sequence_lengths: numpy.ndarray,
+    indices: numpy.ndarray,
+    plan: EpochPlan,
+    sequence_length: int,
+    extra: int,
+    random_seed: int,
+) -> tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
     """``(document_index, sample_index, shuffle_index)`` as megatron-core builds them."""
     from tokenloom.datasets import _rng_memo
     from tokenloom.index import build_sample_index
 
     document_index, draws = _rng_memo.document_index(
-        indices, plan.num_epochs, plan.separate_final_epoch, random_seed, _seeded_random_state)
+        indices, plan.num_epochs, plan.separate_final_epoch, random_seed, _seeded_random_state
+    )
     lengths = numpy.asarray(sequence_lengths)
     if document_index.shape[0] * 2 > lengths.shape[0]:
         lengths = numpy.array(lengths)  # dense access: read the mmap sequentially once
     sample_index = build_sample_index(
-        lengths, document_index, sequence_length, plan.num_epochs, plan.tokens_per_epoch,
-        plan.drop_last_partial_sequence, extra)
+        lengths,
+        document_index,
+        sequence_length,
+        plan.num_epochs,
+        plan.tokens_per_epoch,
+        plan.drop_last_partial_sequence,
+        extra,
+    )
     total = sample_index.shape[0] - 1
     first = plan.num_samples_sans_final_epoch if plan.separate_final_epoch else total
     shuffle_index = _rng_memo.shuffle_index(draws, first, total, _seeded_random_state)

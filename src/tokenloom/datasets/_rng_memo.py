@@ -37,15 +37,23 @@ class Draws:
 
     __slots__ = ("generator", "key", "state", "seed")
 
-    def __init__(self, generator: Optional[numpy.random.RandomState] = None,
-                 key: Optional[tuple[Any, ...]] = None, state: Any = None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        generator: Optional[numpy.random.RandomState] = None,
+        key: Optional[tuple[Any, ...]] = None,
+        state: Any = None,
+        seed: int = 0,
+    ) -> None:
         self.generator, self.key, self.state, self.seed = generator, key, state, seed
 
 
-def document_index(indices: numpy.ndarray, num_epochs: int, separate_final_epoch: bool,
-                   random_seed: int, seeded: Callable[[int], numpy.random.RandomState]
-                   ) -> tuple[numpy.ndarray, Draws]:
+def document_index(
+    indices: numpy.ndarray,
+    num_epochs: int,
+    separate_final_epoch: bool,
+    random_seed: int,
+    seeded: Callable[[int], numpy.random.RandomState],
+) -> tuple[numpy.ndarray, Draws]:
     """``build_document_index(indices, num_epochs, RandomState(random_seed),
     separate_final_epoch)`` and the :class:`Draws` for :func:`shuffle_index`;
     ``seeded(seed)`` gives a generator in the state of ``RandomState(seed)``."""
@@ -60,15 +68,20 @@ def document_index(indices: numpy.ndarray, num_epochs: int, separate_final_epoch
     known = DOCUMENT_DRAWS.get(key)
     if known is None:
         generator = seeded(random_seed)
-        positions = build_document_index(numpy.arange(count, dtype=numpy.int32), num_epochs,
-                                         generator, separate)
+        positions = build_document_index(
+            numpy.arange(count, dtype=numpy.int32), num_epochs, generator, separate
+        )
         known = (positions, generator.get_state(legacy=False))
         DOCUMENT_DRAWS.put(key, known)
     return indices[known[0]], Draws(key=key, state=known[1], seed=int(random_seed))
 
 
-def shuffle_index(draws: Draws, num_samples: int, total_size: int,
-                  seeded: Callable[[int], numpy.random.RandomState]) -> numpy.ndarray:
+def shuffle_index(
+    draws: Draws,
+    num_samples: int,
+    total_size: int,
+    seeded: Callable[[int], numpy.random.RandomState],
+) -> numpy.ndarray:
     """``build_shuffle_index(num_samples, total_size, generator)`` with the generator
     where the document shuffles of ``draws`` left it."""
     from tokenloom.index import build_shuffle_index

@@ -31,8 +31,15 @@ from tokenloom.errors import ConfigError, FormatError
 from tokenloom.index.validate import check_gpt_indices, sample_position
 from tokenloom.kernels import KERNELS, compiled_entry, read_only
 
-__all__ = ["Fetch", "TokenSource", "SampleMaker", "fast_fetch", "general_fetch",
-           "sample_arguments", "sample_position"]
+__all__ = [
+    "Fetch",
+    "TokenSource",
+    "SampleMaker",
+    "fast_fetch",
+    "general_fetch",
+    "sample_arguments",
+    "sample_position",
+]
 
 _UNBOUND = object()
 
@@ -70,8 +77,14 @@ class TokenSource:
         """Whether the numba kernels can serve this source (once loaded)."""
         return self.tokens is not None and KERNELS.available()
 
-    def load_kernels(self, document_index: numpy.ndarray, sample_index: numpy.ndarray,
-                     shuffle_index: numpy.ndarray, params: numpy.ndarray, seq: int) -> None:
+    def load_kernels(
+        self,
+        document_index: numpy.ndarray,
+        sample_index: numpy.ndarray,
+        shuffle_index: numpy.ndarray,
+        params: numpy.ndarray,
+        seq: int,
+    ) -> None:
         """Import the kernels and call each once on sample 0 of these indices, into
         buffers shaped exactly as the real calls' (this loads the machine code for these
         dtypes), then publish them to the fetchers."""
@@ -80,19 +93,32 @@ class TokenSource:
             return
         if sample_index.shape[0] >= 2 and shuffle_index.shape[0]:
             extra, pad = int(params[1]), int(params[2])
-            module.gather_text(self.tokens, self.pointers, self.itemsize, self.lengths,
-                               document_index, sample_index, 0, extra, pad,
-                               numpy.empty(seq + extra, dtype=numpy.int64))
-            module.fill_sample(*sample_arguments(self, document_index, sample_index,
-                                                 shuffle_index, params, seq))
+            module.gather_text(
+                self.tokens,
+                self.pointers,
+                self.itemsize,
+                self.lengths,
+                document_index,
+                sample_index,
+                0,
+                extra,
+                pad,
+                numpy.empty(seq + extra, dtype=numpy.int64),
+            )
+            module.fill_sample(
+                *sample_arguments(self, document_index, sample_index, shuffle_index, params, seq)
+            )
         self.kernel, self.sample_kernel = module.gather_text, module.fill_sample
 
     def part(self, doc: int, offset: int, length: int) -> numpy.ndarray:
         """``length`` tokens of document ``doc`` from ``offset``."""
         if self.tokens is not None:
             pointer = int(self.pointers[doc])
-            if pointer < 0 or pointer % self.itemsize \
-                    or pointer // self.itemsize + int(self.lengths[doc]) > self.tokens.shape[0]:
+            if (
+                pointer < 0
+                or pointer % self.itemsize
+                or pointer // self.itemsize + int(self.lengths[doc]) > self.tokens.shape[0]
+            ):
                 raise self.bad_document(doc)
             start = pointer // self.itemsize + offset
             return self.tokens[start : start + length]
@@ -106,7 +132,8 @@ class TokenSource:
             f"{int(self.lengths[doc])}, which is negative, not a multiple of the "
             f"{self.itemsize}-byte dtype or past the end of the "
             f"{0 if self.tokens is None else self.tokens.nbytes}-byte "
-            f"{prefix}.bin; the .idx is corrupt or belongs to another .bin: rebuild the pair")
+            f"{prefix}.bin; the .idx is corrupt or belongs to another .bin: rebuild the pair"
+        )
 
     def may_contain(self, value: int) -> bool:
         """Whether ``value`` could appear in the token data (False: out of dtype range)."""
@@ -114,12 +141,31 @@ class TokenSource:
             return True
         return self.value_range[0] <= value <= self.value_range[1]
 
-    def gather(self, document_index: numpy.ndarray, sample_index: numpy.ndarray, row: int,
-               extra: int, pad: int, out: numpy.ndarray) -> int:
+    def gather(
+        self,
+        document_index: numpy.ndarray,
+        sample_index: numpy.ndarray,
+        row: int,
+        extra: int,
+        pad: int,
+        out: numpy.ndarray,
+    ) -> int:
         """Copy sample ``row``'s tokens into ``out``, pad the rest; return the data count."""
         if self.kernel is not None:
-            filled = int(self.kernel(self.tokens, self.pointers, self.itemsize, self.lengths,
-                                     document_index, sample_index, row, extra, pad, out))
+            filled = int(
+                self.kernel(
+                    self.tokens,
+                    self.pointers,
+                    self.itemsize,
+                    self.lengths,
+                    document_index,
+                    sample_index,
+                    row,
+                    extra,
+                    pad,
+                    out,
+                )
+            )
             if filled < 0:
                 raise self.bad_document(-1 - filled)
             return filled
@@ -138,8 +184,9 @@ class TokenSource:
         out[filled:] = pad
         return filled
 
-    def part_lengths(self, document_index: numpy.ndarray, sample_index: numpy.ndarray,
-                     row: int, extra: int) -> numpy.ndarray:
+    def part_lengths(
+        self, document_index: numpy.ndarray, sample_index: numpy.ndarray, row: int, extra: int
+    ) -> numpy.ndarray:
         """Tokens sample ``row`` takes from each of its documents, in order."""
         begin, begin_offset = sample_index.item(row, 0), sample_index.item(row, 1)
         end, end_offset = sample_index.item(row + 1, 0), sample_index.item(row + 1, 1)
@@ -159,8 +206,9 @@ class SampleMaker:
         self.pad = pad
         self.eod = config.tokenizer.eod
         self.pad_in_data = source.may_contain(pad)
-        self.cacheable = not (config.reset_position_ids or config.reset_attention_mask
-                              or config.eod_mask_loss)
+        self.cacheable = not (
+            config.reset_position_ids or config.reset_attention_mask or config.eod_mask_loss
+        )
         self.positions = numpy.arange(self.seq, dtype=numpy.int64)
         self.ones = numpy.ones(self.seq, dtype=numpy.float32)
         self.causal = None
@@ -174,7 +222,8 @@ class SampleMaker:
                 raise ConfigError(
                     f"create_attention_mask=True with sequence_length={self.seq} needs a "
                     f"{self.seq}x{self.seq} mask, which does not fit in memory; set "
-                    "create_attention_mask=False (the causal mask is implied)") from None
+                    "create_attention_mask=False (the causal mask is implied)"
+                ) from None
             self.causal.flags.writeable = False
 
     def split_text(self, text: numpy.ndarray) -> tuple[numpy.ndarray, numpy.ndarray]:
@@ -192,12 +241,22 @@ class SampleMaker:
             return self.causal, self.ones.copy(), self.positions.copy()
         per_sample_attention = self.causal is not None and bool(self.config.reset_attention_mask)
         attention, loss_mask, positions = ltor_masks_and_position_ids(
-            tokens, self.eod, self.config.reset_position_ids, self.config.reset_attention_mask,
-            self.config.eod_mask_loss, per_sample_attention)
+            tokens,
+            self.eod,
+            self.config.reset_position_ids,
+            self.config.reset_attention_mask,
+            self.config.eod_mask_loss,
+            per_sample_attention,
+        )
         return (attention if per_sample_attention else self.causal), loss_mask, positions
 
-    def make(self, text: numpy.ndarray, filled: int, parts: Optional[numpy.ndarray],
-             is_padding_sample: bool) -> dict[str, numpy.ndarray]:
+    def make(
+        self,
+        text: numpy.ndarray,
+        filled: int,
+        parts: Optional[numpy.ndarray],
+        is_padding_sample: bool,
+    ) -> dict[str, numpy.ndarray]:
         """The sample dict (megatron-core's field names and dtypes) from the gathered
         ``text`` whose first ``filled`` tokens are data and the rest pad."""
         tokens, labels = self.split_text(text)
@@ -218,39 +277,69 @@ class SampleMaker:
             if filled < text.shape[0]:
                 parts = numpy.append(cast(numpy.ndarray, parts), text.shape[0] - filled)
             sample["cu_seqlens"], sample["max_seqlen"] = document_boundaries(
-                cast(numpy.ndarray, parts), self.seq)
+                cast(numpy.ndarray, parts), self.seq
+            )
         return sample
 
     def fast_path_applies(self, source: TokenSource) -> bool:
         """Whether ``fill_sample`` produces every field this config asks for."""
         config = self.config
-        return (source.may_use_kernels and not config.return_cu_seqlens
-                and not (config.create_attention_mask and config.reset_attention_mask)
-                and _fits_int64(self.eod) and _fits_int64(self.pad))
+        return (
+            source.may_use_kernels
+            and not config.return_cu_seqlens
+            and not (config.create_attention_mask and config.reset_attention_mask)
+            and _fits_int64(self.eod)
+            and _fits_int64(self.pad)
+        )
 
-    def bind(self, source: TokenSource, document_index: numpy.ndarray,
-             sample_index: numpy.ndarray, shuffle_index: numpy.ndarray, count: int,
-             bound: object) -> Fetch:
+    def bind(
+        self,
+        source: TokenSource,
+        document_index: numpy.ndarray,
+        sample_index: numpy.ndarray,
+        shuffle_index: numpy.ndarray,
+        count: int,
+        bound: object,
+    ) -> Fetch:
         """Set (and return) ``self.fetch``: ``fetch(idx) -> sample dict`` over these
         indices (checked first, see :meth:`check_indices`); ``bound`` (the owner's
         index container) marks what it was bound to."""
         self.check_indices(source, document_index, sample_index, shuffle_index, count)
         make = fast_fetch if self.fast_path_applies(source) else general_fetch
-        self.fetch = make(self, source, read_only(document_index), read_only(sample_index),
-                          read_only(shuffle_index), count)
+        self.fetch = make(
+            self,
+            source,
+            read_only(document_index),
+            read_only(sample_index),
+            read_only(shuffle_index),
+            count,
+        )
         self.bound = bound
         return self.fetch
 
-    def check_indices(self, source: TokenSource, document_index: numpy.ndarray,
-                      sample_index: numpy.ndarray, shuffle_index: numpy.ndarray,
-                      count: int) -> None:
+    def check_indices(
+        self,
+        source: TokenSource,
+        document_index: numpy.ndarray,
+        sample_index: numpy.ndarray,
+        shuffle_index: numpy.ndarray,
+        count: int,
+    ) -> None:
         """Check the index arrays against ``source``'s documents once per set of arrays
         (CacheError when they do not fit, see :func:`check_gpt_indices`)."""
         arrays = (document_index, sample_index, shuffle_index)
         if self.checked is not None and all(a is b for a, b in zip(arrays, self.checked)):
             return
-        check_gpt_indices(document_index, sample_index, shuffle_index, source.lengths,
-                          self.seq, self.extra, count, self.describe_indices(source))
+        check_gpt_indices(
+            document_index,
+            sample_index,
+            shuffle_index,
+            source.lengths,
+            self.seq,
+            self.extra,
+            count,
+            self.describe_indices(source),
+        )
         self.checked = arrays
 
     def describe_indices(self, source: TokenSource) -> str:
@@ -259,9 +348,14 @@ class SampleMaker:
         folder = self.config.path_to_cache or f"{prefix}/cache"
         return f"the GPTDataset index cache in {folder} for {prefix}"
 
-    def general_sample(self, source: TokenSource, document_index: numpy.ndarray,
-                       sample_index: numpy.ndarray, row: int,
-                       is_padding_sample: bool) -> dict[str, numpy.ndarray]:
+    def general_sample(
+        self,
+        source: TokenSource,
+        document_index: numpy.ndarray,
+        sample_index: numpy.ndarray,
+        row: int,
+        is_padding_sample: bool,
+    ) -> dict[str, numpy.ndarray]:
         """Sample ``row`` of the sample index by the general (readable) path."""
         text = numpy.empty(self.seq + self.extra, dtype=numpy.int64)
         filled = source.gather(document_index, sample_index, row, self.extra, self.pad, text)
@@ -274,41 +368,79 @@ class SampleMaker:
 def _fits_int64(value) -> bool:
     """Whether ``value`` is an integer the kernel can take (a tokenizer may lack an EOD)."""
     try:
-        return -2**63 <= operator.index(value) < 2**63
+        return -(2**63) <= operator.index(value) < 2**63
     except TypeError:
         return False
 
 
-def general_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.ndarray,
-                  sample_index: numpy.ndarray, shuffle_index: numpy.ndarray,
-                  count: int) -> Fetch:
+def general_fetch(
+    maker: SampleMaker,
+    source: TokenSource,
+    document_index: numpy.ndarray,
+    sample_index: numpy.ndarray,
+    shuffle_index: numpy.ndarray,
+    count: int,
+) -> Fetch:
     """``fetch(idx)`` by :meth:`SampleMaker.general_sample` (``None``: padding sample)."""
+
     def fetch(idx: Optional[int]) -> dict[str, numpy.ndarray]:
         row = shuffle_index.item(sample_position(0 if idx is None else idx, count))
         return maker.general_sample(source, document_index, sample_index, row, idx is None)
+
     return fetch
 
 
 def kernel_params(maker: SampleMaker, source: TokenSource) -> numpy.ndarray:
     """``fill_sample``'s ``params`` array for this dataset."""
     config = maker.config
-    return numpy.array([source.itemsize, maker.extra, maker.pad, maker.eod, maker.pad_in_data,
-                        config.reset_position_ids, config.eod_mask_loss], dtype=numpy.int64)
+    return numpy.array(
+        [
+            source.itemsize,
+            maker.extra,
+            maker.pad,
+            maker.eod,
+            maker.pad_in_data,
+            config.reset_position_ids,
+            config.eod_mask_loss,
+        ],
+        dtype=numpy.int64,
+    )
 
 
-def sample_arguments(source: TokenSource, document_index: numpy.ndarray,
-                     sample_index: numpy.ndarray, shuffle_index: numpy.ndarray,
-                     params: numpy.ndarray, seq: int) -> tuple:
+def sample_arguments(
+    source: TokenSource,
+    document_index: numpy.ndarray,
+    sample_index: numpy.ndarray,
+    shuffle_index: numpy.ndarray,
+    params: numpy.ndarray,
+    seq: int,
+) -> tuple:
     """``fill_sample``'s arguments for sample 0, typed exactly as ``fast_fetch``'s calls."""
-    return (source.tokens, source.pointers, source.lengths, document_index, sample_index,
-            shuffle_index, 0, params, numpy.empty(seq, numpy.int64),
-            numpy.empty(seq, numpy.int64), numpy.empty(seq, numpy.float32),
-            numpy.empty(seq, numpy.int64))
+    return (
+        source.tokens,
+        source.pointers,
+        source.lengths,
+        document_index,
+        sample_index,
+        shuffle_index,
+        0,
+        params,
+        numpy.empty(seq, numpy.int64),
+        numpy.empty(seq, numpy.int64),
+        numpy.empty(seq, numpy.float32),
+        numpy.empty(seq, numpy.int64),
+    )
 
 
-def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.ndarray,
-               sample_index: numpy.ndarray, shuffle_index: numpy.ndarray,
-               count: int, background: bool = True) -> Fetch:
+def fast_fetch(
+    maker: SampleMaker,
+    source: TokenSource,
+    document_index: numpy.ndarray,
+    sample_index: numpy.ndarray,
+    shuffle_index: numpy.ndarray,
+    count: int,
+    background: bool = True,
+) -> Fetch:
     """``fetch(idx)`` by the ``fill_sample`` kernel: four fresh arrays per call, no
     intermediate buffer; everything per-dataset is looked up here, once.
 
@@ -318,7 +450,13 @@ def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.nd
     types (:func:`tokenloom.kernels.compiled_entry`): every array passed is one of the
     arrays bound here or a fresh ``numpy.empty`` made the same way.
     """
-    config, seq, empty, int64, float32 = maker.config, maker.seq, numpy.empty, numpy.int64, numpy.float32
+    config, seq, empty, int64, float32 = (
+        maker.config,
+        maker.seq,
+        numpy.empty,
+        numpy.int64,
+        numpy.float32,
+    )
     params = kernel_params(maker, source)
     tokens, pointers, lengths = source.tokens, source.pointers, source.lengths
     attention = maker.causal if config.create_attention_mask else None
@@ -343,23 +481,46 @@ def fast_fetch(maker: SampleMaker, source: TokenSource, document_index: numpy.nd
             k = idx if type(idx) is int and 0 <= idx < count else sample_position(idx, count)
         out_tokens, out_labels = empty(seq, int64), empty(seq, int64)
         loss_mask, position_ids = empty(seq, float32), empty(seq, int64)
-        bad = kernel(tokens, pointers, lengths, document_index, sample_index, shuffle_index, k,
-                     params, out_tokens, out_labels, loss_mask, position_ids)
+        bad = kernel(
+            tokens,
+            pointers,
+            lengths,
+            document_index,
+            sample_index,
+            shuffle_index,
+            k,
+            params,
+            out_tokens,
+            out_labels,
+            loss_mask,
+            position_ids,
+        )
         if bad:
             raise source.bad_document(-1 - bad)
         if idx is None:
             loss_mask.fill(0.0)
         if attention is None:
-            return {"tokens": out_tokens, "labels": out_labels, "loss_mask": loss_mask,
-                    "position_ids": position_ids}
-        return {"tokens": out_tokens, "labels": out_labels, "attention_mask": attention,
-                "loss_mask": loss_mask, "position_ids": position_ids}
+            return {
+                "tokens": out_tokens,
+                "labels": out_labels,
+                "loss_mask": loss_mask,
+                "position_ids": position_ids,
+            }
+        return {
+            "tokens": out_tokens,
+            "labels": out_labels,
+            "attention_mask": attention,
+            "loss_mask": loss_mask,
+            "position_ids": position_ids,
+        }
+
     return fetch
 
 
 def _load(source: TokenSource, arguments: tuple, background: bool) -> None:
     """Load the kernels for ``fast_fetch`` (in the loader's background thread unless
     asked not to)."""
+
     def load() -> None:
         source.load_kernels(*arguments[1:])
 

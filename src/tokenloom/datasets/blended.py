@@ -59,8 +59,11 @@ def _check_weights(weights: Sequence[Union[int, float]], size: Optional[int]) ->
     if len(kinds) > 1:
         raise ConfigError(f"weights {weights}: mix integers and floats; give all of one type")
     for w in weights:
-        if not (_is_int(w) or isinstance(w, (float, numpy.floating))) or not w > 0 \
-                or not numpy.isfinite(w):
+        if (
+            not (_is_int(w) or isinstance(w, (float, numpy.floating)))
+            or not w > 0
+            or not numpy.isfinite(w)
+        ):
             raise ConfigError(
                 f"weights {weights}: every weight must be a finite number > 0 (got {w!r}); a "
                 f"zero weight usually means a contributing split has no samples, drop it"
@@ -112,8 +115,15 @@ class BlendedDataset(MegatronDescription):
             when False a missing cache raises :class:`~tokenloom.errors.CacheError`.
     """
 
-    def __init__(self, datasets: Sequence[Any], weights: Sequence[Union[int, float]],
-                 size: Optional[int], config: Any, *, build_if_missing: bool = True) -> None:
+    def __init__(
+        self,
+        datasets: Sequence[Any],
+        weights: Sequence[Union[int, float]],
+        size: Optional[int],
+        config: Any,
+        *,
+        build_if_missing: bool = True,
+    ) -> None:
         if size is not None and (not _is_int(size) or size < 0):
             raise ConfigError(f"size={size!r}: must be None or an integer >= 0")
         self.split = _check_datasets(datasets, weights)
@@ -158,25 +168,39 @@ class BlendedDataset(MegatronDescription):
             key = CacheKey(type(self).__name__, self.split.name, self.cache_identifiers)
             self.cache, self.cache_key = cache, key
         verify = "size" if getattr(self.config, "fast_cache_load", False) else "checksum"
-        indices = CachedIndices(BLENDED_INDEX_NAMES, cache, key, self._build, self._where,
-                                verify=verify, can_build=self.build_if_missing,
-                                validate=self._check_cached)
-        if cache is not None and key is not None \
-                and getattr(self.config, "defer_npy_index_mmap", False) \
-                and cache.exists(key, BLENDED_INDEX_NAMES):
+        indices = CachedIndices(
+            BLENDED_INDEX_NAMES,
+            cache,
+            key,
+            self._build,
+            self._where,
+            verify=verify,
+            can_build=self.build_if_missing,
+            validate=self._check_cached,
+        )
+        if (
+            cache is not None
+            and key is not None
+            and getattr(self.config, "defer_npy_index_mmap", False)
+            and cache.exists(key, BLENDED_INDEX_NAMES)
+        ):
             indices.defer(verify="size")
         else:
             indices.load_or_build()
         return indices
 
     def _where(self) -> str:
-        return (f"the {self.split.name} {type(self).__name__} of {len(self.datasets)} "
-                "datasets")
+        return f"the {self.split.name} {type(self).__name__} of {len(self.datasets)} datasets"
 
     def _check_cached(self, arrays: dict[str, numpy.ndarray], where: str) -> None:
         """Cached indices must name existing datasets and samples (CacheError if not)."""
-        check_blended_indices(arrays["dataset_index"], arrays["dataset_sample_index"],
-                              [len(dataset) for dataset in self.datasets], len(self), where)
+        check_blended_indices(
+            arrays["dataset_index"],
+            arrays["dataset_sample_index"],
+            [len(dataset) for dataset in self.datasets],
+            len(self),
+            where,
+        )
 
     def _build(self) -> dict[str, numpy.ndarray]:
         logger.info("Build the %s %s indices", type(self).__name__, self.split.name)
@@ -192,7 +216,10 @@ class BlendedDataset(MegatronDescription):
         for j, count in enumerate(counts.tolist()):
             available = len(self.datasets[j])
             if count > available:
-                name = getattr(self.datasets[j], "dataset_path", None) or type(self.datasets[j]).__name__
+                name = (
+                    getattr(self.datasets[j], "dataset_path", None)
+                    or type(self.datasets[j]).__name__
+                )
                 surplus = getattr(self.config, "mid_level_dataset_surplus", None)
                 raise ConfigError(
                     f"the {self.split.name} blend oversamples its contributing datasets: it "
@@ -229,8 +256,10 @@ class BlendedDataset(MegatronDescription):
         split, samples, epochs)."""
         weights = ", ".join(f"{weight:.4g}" for weight in self.weights)
         parts = ", ".join(repr(dataset) for dataset in self.datasets)
-        return (f"{type(self).__name__}(split={self.split.name}, samples={len(self)}, "
-                f"weights=[{weights}], datasets=[{parts}])")
+        return (
+            f"{type(self).__name__}(split={self.split.name}, samples={len(self)}, "
+            f"weights=[{weights}], datasets=[{parts}])"
+        )
 
     # -- samples ---------------------------------------------------------------------
     def _position(self, idx: Any) -> int:
@@ -242,8 +271,7 @@ class BlendedDataset(MegatronDescription):
         """``{"dataset_id": ..., **datasets[dataset_id][dataset_sample_id]}``."""
         k = self._position(idx)
         dataset_id = self.dataset_index[k]
-        return {"dataset_id": dataset_id,
-                **self.datasets[dataset_id][self.dataset_sample_index[k]]}
+        return {"dataset_id": dataset_id, **self.datasets[dataset_id][self.dataset_sample_index[k]]}
 
     def _sources(self, rows: numpy.ndarray) -> tuple[numpy.ndarray, numpy.ndarray]:
         """``(dataset ids int16, their sample positions int64)`` of blended positions
@@ -258,8 +286,9 @@ class BlendedDataset(MegatronDescription):
             ids[padding], positions[padding] = 0, -1
         return ids, positions
 
-    def get_batch(self, indices: Sequence[Optional[int]],
-                  out: Optional[Mapping[str, numpy.ndarray]] = None) -> dict[str, numpy.ndarray]:
+    def get_batch(
+        self, indices: Sequence[Optional[int]], out: Optional[Mapping[str, numpy.ndarray]] = None
+    ) -> dict[str, numpy.ndarray]:
         """``[B, seq]`` arrays for many blended samples, plus ``dataset_id`` ``[B]`` (int16).
 
         Same values as stacking ``self[i]``. ``None`` entries are padding samples
@@ -276,8 +305,12 @@ class BlendedDataset(MegatronDescription):
         ids, positions = self._sources(rows)
         groups = sorted(set(ids.tolist()))
         if len(groups) == 1:  # one contributing dataset: no row map to build
-            fill_rows(self.datasets[groups[0]], positions,
-                      numpy.arange(len(indices), dtype=numpy.int64), arrays)
+            fill_rows(
+                self.datasets[groups[0]],
+                positions,
+                numpy.arange(len(indices), dtype=numpy.int64),
+                arrays,
+            )
         for j in groups if len(groups) > 1 else ():
             dest = numpy.flatnonzero(ids == j)
             fill_rows(self.datasets[j], positions[dest], dest, arrays)

@@ -190,6 +190,9 @@ class BlendedMegatronDatasetConfig:
             )
 
     def _check_blend_per_split(self) -> None:
+        blends = self.blend_per_split
+        if blends is None:  # called only when blend_per_split is given
+            return
         if self.blend is not None:
             raise ConfigError("blend and blend_per_split are incompatible; give only one")
         if self.split is not None:
@@ -197,14 +200,14 @@ class BlendedMegatronDatasetConfig:
                 "split and blend_per_split are incompatible: each split already has its own "
                 "blend; remove split"
             )
-        if len(self.blend_per_split) != len(Split):
+        if len(blends) != len(Split):
             raise ConfigError(
-                f"blend_per_split has {len(self.blend_per_split)} entries; it needs exactly "
+                f"blend_per_split has {len(blends)} entries; it needs exactly "
                 f"{len(Split)} (train, valid, test), None for a split without data"
             )
         self.blend_per_split = [
             None if blend is None else checks.check_blend(f"blend_per_split[{split.name}]", blend)
-            for split, blend in zip(Split, self.blend_per_split)
+            for split, blend in zip(Split, blends)
         ]
 
     def _check_blend_and_split(self) -> None:
@@ -305,7 +308,7 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
         checks.check_int("sequence_parallel_size", self.sequence_parallel_size, 0)
         if self.context_parallel_size is not None:
             checks.check_int("context_parallel_size", self.context_parallel_size, 1)
-        vocab_size = self.tokenizer.vocab_size
+        vocab_size = getattr(self.tokenizer, "vocab_size", None)
         _check_special_ids(self.tokenizer, vocab_size)
         self.token_dtype_code = None if vocab_size is None else (4 if vocab_size > 65536 else 8)
         self._check_sequences_per_dataset()

@@ -52,8 +52,12 @@ def _check_sample_count(arrays: Mapping[str, numpy.ndarray], where: str) -> None
     rows, shuffle = arrays["sample_index"], arrays["shuffle_index"]
     count = shuffle.shape[0] if shuffle.ndim else -1
     if rows.ndim == 0 or max(rows.shape[0], 1) != count + 1:
-        raise CacheError(f"{where}: shuffle_index holds {count} samples but sample_index has "
-                         f"shape {rows.shape}; delete the index cache (it is rebuilt)")
+        raise CacheError(
+            f"{where}: shuffle_index holds {count} samples but sample_index has "
+            f"shape {rows.shape}; delete the index cache (it is rebuilt)"
+        )
+
+
 _PAIRS = (IndexedDataset, LazyIndexedDataset)  # know their sequence count and file identity
 
 
@@ -105,20 +109,30 @@ class GPTDataset(MegatronDataset):
 
     config: GPTDatasetConfig
 
-    def __init__(self, indexed_dataset: Any, dataset_path: Optional[str],
-                 indexed_indices: Optional[numpy.ndarray], num_samples: Optional[int],
-                 index_split: Split, config: GPTDatasetConfig, *,
-                 build_if_missing: bool = True, index_cache: Optional[IndexCache] = None,
-                 warm_start: Optional[WarmStart] = None) -> None:
+    def __init__(
+        self,
+        indexed_dataset: Any,
+        dataset_path: Optional[str],
+        indexed_indices: Optional[numpy.ndarray],
+        num_samples: Optional[int],
+        index_split: Split,
+        config: GPTDatasetConfig,
+        *,
+        build_if_missing: bool = True,
+        index_cache: Optional[IndexCache] = None,
+        warm_start: Optional[WarmStart] = None,
+    ) -> None:
         if not isinstance(config, GPTDatasetConfig):
             raise ConfigError(f"config must be a GPTDatasetConfig, got {type(config).__name__}")
         if indexed_indices is not None:
             indexed_indices = self._checked_indices(indexed_dataset, indexed_indices)
-        super().__init__(indexed_dataset, dataset_path, indexed_indices, num_samples,
-                         index_split, config)
+        super().__init__(
+            indexed_dataset, dataset_path, indexed_indices, num_samples, index_split, config
+        )
         self.build_if_missing = bool(build_if_missing)
         self.masks_and_position_ids_are_cacheable = not any(
-            [config.reset_position_ids, config.reset_attention_mask, config.eod_mask_loss])
+            [config.reset_position_ids, config.reset_attention_mask, config.eod_mask_loss]
+        )
         self._source: Optional[TokenSource] = None
         self._maker: Optional[SampleMaker] = None
         self._batch_inputs: Optional[BatchInputs] = None
@@ -140,23 +154,35 @@ class GPTDataset(MegatronDataset):
     def build_low_level_dataset(dataset_path: str, config: GPTDatasetConfig) -> IndexedDataset:
         """Open ``dataset_path`` as an ``IndexedDataset`` as the config asks."""
         if dataset_path.startswith(("s3://", "msc://")):
-            return IndexedDataset(dataset_path, multimodal=False, mmap=config.mmap_bin_files,
-                                  object_storage_config=storage.storage_config_for(config))
-        return IndexedDataset(dataset_path, multimodal=False, mmap=config.mmap_bin_files,
-                              fast_cache_load=config.fast_cache_load,
-                              sequences_per_dataset=config.sequences_for(dataset_path),
-                              dtype_code=None)
+            return IndexedDataset(
+                dataset_path,
+                multimodal=False,
+                mmap=config.mmap_bin_files,
+                object_storage_config=storage.storage_config_for(config),
+            )
+        return IndexedDataset(
+            dataset_path,
+            multimodal=False,
+            mmap=config.mmap_bin_files,
+            fast_cache_load=config.fast_cache_load,
+            sequences_per_dataset=config.sequences_for(dataset_path),
+            dtype_code=None,
+        )
 
     @staticmethod
     def _checked_indices(dataset: Any, indices: Any) -> numpy.ndarray:
         indices = numpy.asarray(indices)
         if indices.ndim != 1 or (indices.size and indices.dtype.kind not in "iu"):
-            raise ConfigError(f"indexed_indices must be a 1-D integer array, got "
-                              f"{indices.dtype} with shape {indices.shape}")
+            raise ConfigError(
+                f"indexed_indices must be a 1-D integer array, got "
+                f"{indices.dtype} with shape {indices.shape}"
+            )
         count = GPTDataset.numel_low_level_dataset(dataset)
         if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= count):
-            raise ConfigError(f"indexed_indices reach [{int(indices.min())}, "
-                              f"{int(indices.max())}] but the dataset has {count} sequences")
+            raise ConfigError(
+                f"indexed_indices reach [{int(indices.min())}, "
+                f"{int(indices.max())}] but the dataset has {count} sequences"
+            )
         return indices
 
     # -- identity and cache ----------------------------------------------------------
@@ -206,32 +232,47 @@ class GPTDataset(MegatronDataset):
             prefix = storage.local_folder_for(prefix, self.config)
         return os.path.join(prefix, "cache", f"{type(self).__name__}_indices")
 
-    def _acquire_indices(self, index_cache: Optional[IndexCache],
-                         warm_start: Optional[WarmStart]) -> CachedIndices:
+    def _acquire_indices(
+        self, index_cache: Optional[IndexCache], warm_start: Optional[WarmStart]
+    ) -> CachedIndices:
         """The indices: loaded or built now, or deferred (``defer_npy_index_mmap`` over an
         existing entry, or a warm start that knows the entry's length)."""
         directory = self._cache_dir()
         verify = "size" if self.config.fast_cache_load else "checksum"
         checks = None if self.indices is None else {"indices": array_digest(self.indices)}
-        cache = index_cache if index_cache is not None or directory is None \
-            else IndexCache(directory)
+        cache = (
+            index_cache if index_cache is not None or directory is None else IndexCache(directory)
+        )
         key = None
         if cache is not None:
             key = warm_start.cache_key(self) if warm_start is not None else None
-            key = key or CacheKey(type(self).__name__, self.index_split.name,
-                                  self.cache_identifiers)
+            key = key or CacheKey(
+                type(self).__name__, self.index_split.name, self.cache_identifiers
+            )
             self.cache, self.cache_key = cache, key
-        indices = CachedIndices(INDEX_NAMES, cache, key, self._build, self._where,
-                                checks=checks, verify=verify,
-                                can_build=self.build_if_missing and self.indices is not None,
-                                validate=_check_sample_count)
+        indices = CachedIndices(
+            INDEX_NAMES,
+            cache,
+            key,
+            self._build,
+            self._where,
+            checks=checks,
+            verify=verify,
+            can_build=self.build_if_missing and self.indices is not None,
+            validate=_check_sample_count,
+        )
         known = None if warm_start is None or key is None else warm_start.known_length(key)
-        if cache is not None and key is not None and self.config.defer_npy_index_mmap \
-                and cache.exists(key, INDEX_NAMES):
+        if (
+            cache is not None
+            and key is not None
+            and self.config.defer_npy_index_mmap
+            and cache.exists(key, INDEX_NAMES)
+        ):
             indices.defer(verify="size")
         elif known is not None:
-            indices.defer(verify=verify, expected_length=known, rebuild=True,
-                          length_of="shuffle_index")
+            indices.defer(
+                verify=verify, expected_length=known, rebuild=True, length_of="shuffle_index"
+            )
             self._length = known
         else:
             indices.load_or_build()
@@ -239,8 +280,10 @@ class GPTDataset(MegatronDataset):
 
     def _where(self) -> str:
         """Names this split and, when the config's split matrix gives it, its range."""
-        where = (f"{type(self).__name__} {self.index_split.name} split of "
-                 f"{self.dataset_path or type(self.dataset).__name__}")
+        where = (
+            f"{type(self).__name__} {self.index_split.name} split of "
+            f"{self.dataset_path or type(self.dataset).__name__}"
+        )
         matrix = self.config.split_matrix
         bounds = None if matrix is None else matrix[self.index_split.value]
         if bounds is not None:
@@ -250,30 +293,44 @@ class GPTDataset(MegatronDataset):
 
     def _plan(self) -> _gpt_indices.EpochPlan:
         if self.indices is None:
-            raise CacheError(f"{self._where()}: indexed_indices is None (fast_cache_load): the "
-                             "sizes come from the index cache, which must exist")
+            raise CacheError(
+                f"{self._where()}: indexed_indices is None (fast_cache_load): the "
+                "sizes come from the index cache, which must exist"
+            )
         where = cast(str, _Where(self._where))  # the text is only needed for an error
         return _gpt_indices.plan_epochs(
-            self.dataset.sequence_lengths, self.indices, self.num_samples,
-            self.config.sequence_length, int(self.config.add_extra_token_to_sequence),
-            self._drop_last_partial_sequence(), where)
+            self.dataset.sequence_lengths,
+            self.indices,
+            self.num_samples,
+            self.config.sequence_length,
+            int(self.config.add_extra_token_to_sequence),
+            self._drop_last_partial_sequence(),
+            where,
+        )
 
     def _build(self) -> dict[str, numpy.ndarray]:
         if self.indices is None:
-            raise CacheError("indexed_indices is None (fast_cache_load) and the index cache is "
-                             "missing; build the cache first or pass the split's indices")
+            raise CacheError(
+                "indexed_indices is None (fast_cache_load) and the index cache is "
+                "missing; build the cache first or pass the split's indices"
+            )
         plan = self._plan()
         try:
             arrays = _gpt_indices.build_indices(
-                self.dataset.sequence_lengths, self.indices, plan,
-                self.config.sequence_length, int(self.config.add_extra_token_to_sequence),
-                self.config.random_seed)
+                self.dataset.sequence_lengths,
+                self.indices,
+                plan,
+                self.config.sequence_length,
+                int(self.config.add_extra_token_to_sequence),
+                self.config.random_seed,
+            )
         except MemoryError as error:
             raise ConfigError(
                 f"{self._where()}: num_samples={self.num_samples} with sequence_length="
                 f"{self.config.sequence_length} needs {plan.num_epochs} epochs of "
                 f"{self.indices.size} documents, and the indices do not fit in memory "
-                f"({error}); ask for fewer samples or a shorter sequence_length") from None
+                f"({error}); ask for fewer samples or a shorter sequence_length"
+            ) from None
         return dict(zip(INDEX_NAMES, arrays))
 
     # -- the three indices -----------------------------------------------------------
@@ -304,8 +361,9 @@ class GPTDataset(MegatronDataset):
         if self._length is None:
             if not self.cached_indices.loaded and self.indices is not None:
                 plan = self._plan()
-                self._length = plan.total_samples(self.config.sequence_length,
-                                                  int(self.config.add_extra_token_to_sequence))
+                self._length = plan.total_samples(
+                    self.config.sequence_length, int(self.config.add_extra_token_to_sequence)
+                )
             else:
                 self._length = int(self.shuffle_index.shape[0])
         return self._length
@@ -329,8 +387,14 @@ class GPTDataset(MegatronDataset):
         fetch = None if maker is None or maker.bound is not arrays else maker.fetch
         if fetch is None:  # first call, or reloaded
             source, maker = self.sampler()
-            fetch = maker.bind(source, arrays["document_index"], arrays["sample_index"],
-                               arrays["shuffle_index"], len(self), arrays)
+            fetch = maker.bind(
+                source,
+                arrays["document_index"],
+                arrays["sample_index"],
+                arrays["shuffle_index"],
+                len(self),
+                arrays,
+            )
         return fetch(idx)
 
     def batch_inputs(self) -> BatchInputs:
@@ -343,8 +407,9 @@ class GPTDataset(MegatronDataset):
             inputs = self._batch_inputs = BatchInputs(source, maker, arrays, len(self))
         return inputs
 
-    def get_batch(self, indices: Sequence[Optional[int]],
-                  out: Optional[Mapping[str, numpy.ndarray]] = None) -> dict[str, numpy.ndarray]:
+    def get_batch(
+        self, indices: Sequence[Optional[int]], out: Optional[Mapping[str, numpy.ndarray]] = None
+    ) -> dict[str, numpy.ndarray]:
         """Fill ``[B, seq]`` arrays (tokens, labels, loss_mask, position_ids) for many samples.
 
         Same values as stacking ``self[i]`` (``None`` entries are padding samples); no
@@ -364,9 +429,11 @@ class GPTDataset(MegatronDataset):
                 epochs = self._plan().num_epochs if documents is not None else "?"
         except (ConfigError, CacheError):
             samples = epochs = "?"
-        return (f"{type(self).__name__}(prefix={self.dataset_path!r}, "
-                f"split={self.index_split.name}, samples={samples}, epochs={epochs}, "
-                f"documents={documents}, sequence_length={self.config.sequence_length})")
+        return (
+            f"{type(self).__name__}(prefix={self.dataset_path!r}, "
+            f"split={self.index_split.name}, samples={samples}, epochs={epochs}, "
+            f"documents={documents}, sequence_length={self.config.sequence_length})"
+        )
 
     # -- pickling (DataLoader workers) -------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:

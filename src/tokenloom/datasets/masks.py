@@ -28,8 +28,12 @@ def causal_attention_mask(seq_length: int) -> numpy.ndarray:
 
 
 def reference_ltor_masks_and_position_ids(
-    tokens: numpy.ndarray, eod: int, reset_position_ids: bool, reset_attention_mask: bool,
-    eod_mask_loss: bool, create_attention_mask: bool,
+    tokens: numpy.ndarray,
+    eod: int,
+    reset_position_ids: bool,
+    reset_attention_mask: bool,
+    eod_mask_loss: bool,
+    create_attention_mask: bool,
 ) -> tuple[Optional[numpy.ndarray], numpy.ndarray, numpy.ndarray]:
     """megatron-core's ``_get_ltor_masks_and_position_ids``, step by step."""
     seq_length = tokens.shape[0]
@@ -73,8 +77,12 @@ def reset_positions(is_eod: numpy.ndarray) -> numpy.ndarray:
 
 
 def ltor_masks_and_position_ids(
-    tokens: numpy.ndarray, eod: int, reset_position_ids: bool, reset_attention_mask: bool,
-    eod_mask_loss: bool, create_attention_mask: bool,
+    tokens: numpy.ndarray,
+    eod: int,
+    reset_position_ids: bool,
+    reset_attention_mask: bool,
+    eod_mask_loss: bool,
+    create_attention_mask: bool,
 ) -> tuple[Optional[numpy.ndarray], numpy.ndarray, numpy.ndarray]:
     """Vectorised ``(attention_mask, loss_mask, position_ids)``; same values as the reference."""
     seq_length = tokens.shape[0]
@@ -95,7 +103,9 @@ def ltor_masks_and_position_ids(
     return attention, loss_mask, position_ids
 
 
-def document_boundaries(part_lengths: numpy.ndarray, seq_length: int) -> tuple[numpy.ndarray, numpy.ndarray]:
+def document_boundaries(
+    part_lengths: numpy.ndarray, seq_length: int
+) -> tuple[numpy.ndarray, numpy.ndarray]:
     """``(cu_seqlens, max_seqlen)`` of a sample cut from documents of ``part_lengths``.
 
     ``part_lengths`` are the token counts taken from each document (in order, padding

@@ -52,8 +52,9 @@ class MegatronDescription:
     @property
     def unique_description_hash(self) -> str:
         """MD5 hex digest of :attr:`unique_description` (megatron-core's)."""
-        return hashlib.md5(self.unique_description.encode("utf-8"),
-                           usedforsecurity=False).hexdigest()
+        return hashlib.md5(
+            self.unique_description.encode("utf-8"), usedforsecurity=False
+        ).hexdigest()
 
 
 class MegatronDataset(MegatronDescription, ABC):
@@ -69,13 +70,20 @@ class MegatronDataset(MegatronDescription, ABC):
         config: the config.
     """
 
-    def __init__(self, dataset: Any, dataset_path: Optional[str], indices: Optional[numpy.ndarray],
-                 num_samples: Optional[int], index_split: Split,
-                 config: BlendedMegatronDatasetConfig) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        dataset_path: Optional[str],
+        indices: Optional[numpy.ndarray],
+        num_samples: Optional[int],
+        index_split: Split,
+        config: BlendedMegatronDatasetConfig,
+    ) -> None:
         if not isinstance(index_split, Split):
             raise ConfigError(f"index_split={index_split!r}: must be a tokenloom Split member")
         if num_samples is not None and (
-            isinstance(num_samples, bool) or not isinstance(num_samples, (int, numpy.integer))
+            isinstance(num_samples, bool)
+            or not isinstance(num_samples, (int, numpy.integer))
             or num_samples < 0
         ):
             raise ConfigError(f"num_samples={num_samples!r}: must be None or an integer >= 0")
@@ -93,7 +101,9 @@ class MegatronDataset(MegatronDescription, ABC):
         self.unique_identifiers["index_split"] = self.index_split.name
         for attr in self._key_config_attributes():
             self.unique_identifiers[attr] = getattr(self.config, attr)
-        self._pad_token_id = resolve_pad_token_id(config.tokenizer, config.allow_ambiguous_pad_tokens)
+        self._pad_token_id = resolve_pad_token_id(
+            config.tokenizer, config.allow_ambiguous_pad_tokens
+        )
 
     @property
     def cache_identifiers(self) -> OrderedDict[str, Any]:
@@ -172,11 +182,17 @@ def resolve_pad_token_id(tokenizer: Any, allow_ambiguous: Optional[bool]) -> int
         return PAD_TOKEN_ID
     if pad in _special_tokens(tokenizer):
         if allow_ambiguous:
-            warnings.warn("The pad token id collides with another special token id; it is "
-                          "still masked because allow_ambiguous_pad_tokens=True.", stacklevel=3)
+            warnings.warn(
+                "The pad token id collides with another special token id; it is "
+                "still masked because allow_ambiguous_pad_tokens=True.",
+                stacklevel=3,
+            )
             return int(pad)
-        warnings.warn("The pad token id collides with another special token id; pad tokens "
-                      "present in the data will not be masked. Use a tokenizer with a unique "
-                      "pad id to silence this.", stacklevel=3)
+        warnings.warn(
+            "The pad token id collides with another special token id; pad tokens "
+            "present in the data will not be masked. Use a tokenizer with a unique "
+            "pad id to silence this.",
+            stacklevel=3,
+        )
         return PAD_TOKEN_ID
     return int(pad)

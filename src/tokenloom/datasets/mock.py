@@ -40,14 +40,22 @@ class MockGPTLowLevelDataset:
             raise ConfigError("the mock dataset needs tokenizer.vocab_size (it is None)")
         rng = numpy.random.default_rng(seed=self.seed)
         self.sequence_lengths = rng.integers(
-            low=1, high=self.max_sequence_length, size=self.size, dtype=numpy.int32)
+            low=1, high=self.max_sequence_length, size=self.size, dtype=numpy.int32
+        )
 
     @property
     def unique_identifiers(self) -> OrderedDict[str, Any]:
         """Everything the mock documents depend on (used in cache keys)."""
-        return OrderedDict([("class", type(self).__name__), ("seed", self.seed),
-                            ("size", self.size), ("max_sequence_length", self.max_sequence_length),
-                            ("vocab_size", self.vocab_size), ("eod", self.eod_token)])
+        return OrderedDict(
+            [
+                ("class", type(self).__name__),
+                ("seed", self.seed),
+                ("size", self.size),
+                ("max_sequence_length", self.max_sequence_length),
+                ("vocab_size", self.vocab_size),
+                ("eod", self.eod_token),
+            ]
+        )
 
     def __len__(self) -> int:
         return self.size
@@ -61,8 +69,10 @@ class MockGPTLowLevelDataset:
         if length is None:
             length = size - offset
         if offset < 0 or length < 0 or offset + length > size:
-            raise IndexError(f"mock document {idx} has {size} tokens; cannot read "
-                             f"offset={offset} length={length}")
+            raise IndexError(
+                f"mock document {idx} has {size} tokens; cannot read "
+                f"offset={offset} length={length}"
+            )
         tokens = (numpy.arange(offset, offset + length, dtype=numpy.int64) + 1) % self.vocab_size
         if length and offset + length == size:
             tokens[-1] = self.eod_token
@@ -72,15 +82,30 @@ class MockGPTLowLevelDataset:
 class MockGPTDataset(GPTDataset):
     """A GPTDataset over :class:`MockGPTLowLevelDataset` (config must be mock)."""
 
-    def __init__(self, dataset: MockGPTLowLevelDataset, dataset_path: Optional[str],
-                 indices: Optional[numpy.ndarray], num_samples: Optional[int],
-                 index_split: Split, config: GPTDatasetConfig, *,
-                 build_if_missing: bool = True) -> None:
+    def __init__(
+        self,
+        dataset: MockGPTLowLevelDataset,
+        dataset_path: Optional[str],
+        indices: Optional[numpy.ndarray],
+        num_samples: Optional[int],
+        index_split: Split,
+        config: GPTDatasetConfig,
+        *,
+        build_if_missing: bool = True,
+    ) -> None:
         if not getattr(config, "mock", False):
-            raise ConfigError("MockGPTDataset needs a mock config: give neither blend nor "
-                              "blend_per_split")
-        super().__init__(dataset, dataset_path, indices, num_samples, index_split, config,
-                         build_if_missing=build_if_missing)
+            raise ConfigError(
+                "MockGPTDataset needs a mock config: give neither blend nor blend_per_split"
+            )
+        super().__init__(
+            dataset,
+            dataset_path,
+            indices,
+            num_samples,
+            index_split,
+            config,
+            build_if_missing=build_if_missing,
+        )
 
     @staticmethod
     def numel_low_level_dataset(low_level_dataset: MockGPTLowLevelDataset) -> int:
@@ -88,5 +113,6 @@ class MockGPTDataset(GPTDataset):
 
     @staticmethod
     def build_low_level_dataset(  # type: ignore[override]  # a stand-in for IndexedDataset
-            dataset_path: Optional[str], config: GPTDatasetConfig) -> MockGPTLowLevelDataset:
+        dataset_path: Optional[str], config: GPTDatasetConfig
+    ) -> MockGPTLowLevelDataset:
         return MockGPTLowLevelDataset(config.tokenizer)

@@ -54,7 +54,8 @@ def normalize(weights: Sequence[float]) -> list[float]:
     if not numpy.isfinite(total) or total <= 0.0:
         raise ConfigError(
             f"weights {list(weights)} sum to {float(total)}; they must be finite, non-negative "
-            "and sum to a finite positive number: scale them down (only their ratios matter)")
+            "and sum to a finite positive number: scale them down (only their ratios matter)"
+        )
     return (array / total).tolist()
 
 
@@ -83,8 +84,10 @@ def parse_and_normalize_split(split: str) -> list[float]:
         )
     values += [0.0] * (len(Split) - len(values))
     if not math.isfinite(sum(values)):
-        raise ConfigError(f"split={split!r}: the weights are too large to add up as floats; "
-                          "only their ratios matter, write e.g. '98,2,0'")
+        raise ConfigError(
+            f"split={split!r}: the weights are too large to add up as floats; "
+            "only their ratios matter, write e.g. '98,2,0'"
+        )
     if sum(values) <= 0.0:
         raise ConfigError(
             f"split={split!r}: the weights sum to zero, so no split receives any "

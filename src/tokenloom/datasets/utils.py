@@ -142,5 +142,7 @@ def load_sequences_per_dataset(
         name = f"sequences_per_dataset file {source}"
         data = _read_json(source)
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{name}: expected a mapping {{prefix: [sequence_count, document_count]}}")
+        raise ConfigError(
+            f"{name}: expected a mapping {{prefix: [sequence_count, document_count]}}"
+        )
     return {str(prefix): _counts(prefix, value, name) for prefix, value in data.items()}

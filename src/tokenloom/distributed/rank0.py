@@ -33,8 +33,9 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, TypeVar
+from typing import Any, Optional, TypeVar
 
 from tokenloom.distributed.gather import bounded_all_gather
 from tokenloom.errors import CacheError, DistributedError, TokenloomError
@@ -71,7 +72,7 @@ class Communicator:
     local_world_size: int
     """Number of processes sharing this process's filesystem (node)."""
 
-    all_gather: Optional[Callable[[Any], List[Any]]] = field(default=None, repr=False)
+    all_gather: Optional[Callable[[Any], list[Any]]] = field(default=None, repr=False)
     """Collective exchange of one picklable object per rank; None in a single process."""
 
     timeout_s: float = 1800.0
@@ -157,8 +158,10 @@ def _check_timeout(value: Any) -> float:
     except (TypeError, ValueError):
         seconds = float("nan")
     if not seconds > 0 or seconds == float("inf"):
-        raise DistributedError(f"distributed timeout {value!r}: give a finite number of seconds "
-                               "> 0 (TOKENLOOM_DISTRIBUTED_TIMEOUT_S or timeout_s=)")
+        raise DistributedError(
+            f"distributed timeout {value!r}: give a finite number of seconds "
+            "> 0 (TOKENLOOM_DISTRIBUTED_TIMEOUT_S or timeout_s=)"
+        )
     return seconds
 
 
@@ -203,9 +206,15 @@ def _reraise(error: BaseException, what: str) -> None:
     raise error
 
 
-def _exchange(comm: Communicator, status: _Status, error: Optional[BaseException], what: str,
-              step: str) -> List[_Status]:
+def _exchange(
+    comm: Communicator, status: _Status, error: Optional[BaseException], what: str, step: str
+) -> list[_Status]:
     """All-gather every rank's status; raise on every rank if any rank failed."""
+    if comm.all_gather is None:  # build_on_rank0_then_load refuses such a comm up front
+        raise DistributedError(
+            f"rank {comm.rank} of {comm.world_size}: building {what} needs a collective, but "
+            f"torch.distributed is not initialised; call torch.distributed.init_process_group first"
+        )
     statuses = comm.all_gather(status)
     failed = [s for s in statuses if not s.ok]
     if not failed:
@@ -272,16 +281,18 @@ def _probe(is_ready: Callable[[Any], bool], payload: Any, rank: int, what: str) 
     try:
         return bool(is_ready(payload))
     except Exception:  # noqa: BLE001 - the rank then builds its own cache
-        logger.warning("rank %d: checking the cache of %s failed; building it here", rank, what,
-                       exc_info=True)
+        logger.warning(
+            "rank %d: checking the cache of %s failed; building it here", rank, what, exc_info=True
+        )
         return False
 
 
 class _RankState:
     """This rank's progress through the three exchanges of :func:`build_on_rank0_then_load`."""
 
-    def __init__(self, comm: Communicator, construct: Callable[[], Any], built_here: bool,
-                 what: str) -> None:
+    def __init__(
+        self, comm: Communicator, construct: Callable[[], Any], built_here: bool, what: str
+    ) -> None:
         self.comm = comm
         self.construct = construct
         self.built_here = built_here
@@ -289,9 +300,10 @@ class _RankState:
         self.result: Any = None
         self.constructed = False
 
-    def _maybe_construct(self, wanted: bool, step: str, manifest=None) -> List[_Status]:
+    def _maybe_construct(self, wanted: bool, step: str, manifest=None) -> list[_Status]:
         status, error = _Status(self.comm.rank), None
         if wanted:
+
             def call():
                 value = self.construct()
                 return value, (manifest(value) if manifest is not None else None)
@@ -310,10 +322,15 @@ class _RankState:
 
     def step_node_leaders(self, ready: bool) -> None:
         """On nodes that cannot see rank 0's cache, local rank 0 builds its own."""
-        wanted = self.built_here and not ready and not self.constructed and self.comm.local_rank == 0
+        wanted = (
+            self.built_here and not ready and not self.constructed and self.comm.local_rank == 0
+        )
         if wanted:
-            logger.info("rank %d: the cache of %s is not visible here; building it on this node",
-                        self.comm.rank, self.what)
+            logger.info(
+                "rank %d: the cache of %s is not visible here; building it on this node",
+                self.comm.rank,
+                self.what,
+            )
         self._maybe_construct(wanted, "on a node's local rank 0")
 
     def step_rest(self) -> None:

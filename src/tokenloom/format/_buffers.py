@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Generic, Optional, TypeVar, Union
 
 import numpy
+import numpy.typing as npt
 
 from tokenloom.errors import FormatError
 
+_ScalarT = TypeVar("_ScalarT", bound=numpy.generic)
 
-class GrowableArray:
+
+class GrowableArray(Generic[_ScalarT]):
     """An append-only 1-D numpy array with amortised O(1) append and vectorised extend."""
 
-    def __init__(self, dtype, initial: Any = (), capacity: int = 1024) -> None:
+    def __init__(
+        self, dtype: type[_ScalarT], initial: npt.ArrayLike = (), capacity: int = 1024
+    ) -> None:
         initial = numpy.asarray(initial, dtype=dtype).ravel()
-        self._data = numpy.empty(max(capacity, initial.shape[0]), dtype=dtype)
+        self._data: npt.NDArray[_ScalarT] = numpy.empty(
+            max(capacity, initial.shape[0]), dtype=dtype
+        )
         self._data[: initial.shape[0]] = initial
-        self._size = initial.shape[0]
+        self._size: int = initial.shape[0]
 
     def __len__(self) -> int:
         return self._size
@@ -29,32 +36,33 @@ class GrowableArray:
             grown[: self._size] = self._data[: self._size]
             self._data = grown
 
-    def append(self, value) -> None:
+    def append(self, value: Union[int, float, numpy.generic]) -> None:
         """Append one value."""
         if self._size == self._data.shape[0]:
             self._reserve(1)
         self._data[self._size] = value
         self._size += 1
 
-    def extend(self, values) -> None:
+    def extend(self, values: npt.ArrayLike) -> None:
         """Append every value of a 1-D array-like."""
         values = numpy.asarray(values)
         self._reserve(values.shape[0])
         self._data[self._size : self._size + values.shape[0]] = values
         self._size += values.shape[0]
 
-    def last(self):
+    def last(self) -> _ScalarT:
         """The last value (IndexError when empty)."""
         if not self._size:
             raise IndexError("empty")
-        return self._data[self._size - 1]
+        value: _ScalarT = self._data[self._size - 1]
+        return value
 
-    def view(self) -> numpy.ndarray:
+    def view(self) -> npt.NDArray[_ScalarT]:
         """A view of the filled part (invalidated by the next append/extend)."""
         return self._data[: self._size]
 
 
-def as_numpy(values) -> numpy.ndarray:
+def as_numpy(values: object) -> npt.NDArray[Any]:
     """numpy view of a numpy array, list, scalar or (duck-typed) torch tensor."""
     if hasattr(values, "detach") and hasattr(values, "cpu") and hasattr(values, "numpy"):
         values = values.detach().cpu().numpy()
@@ -65,8 +73,8 @@ def as_numpy(values) -> numpy.ndarray:
     return array.reshape(-1) if array.ndim != 1 else array
 
 
-@functools.lru_cache(maxsize=None)
-def _cast_rule(source: numpy.dtype, target: numpy.dtype):
+@functools.cache
+def _cast_rule(source: numpy.dtype[Any], target: numpy.dtype[Any]) -> Optional[tuple[int, int]]:
     """None when every ``source`` value fits ``target``; else the (min, max) to check."""
     if source.kind not in "biuf":
         raise FormatError(f"tokens must be numbers, got an array of {source}")
@@ -76,7 +84,7 @@ def _cast_rule(source: numpy.dtype, target: numpy.dtype):
     return int(info.min), int(info.max)
 
 
-def check_fits(array: numpy.ndarray, dtype, where: str) -> None:
+def check_fits(array: npt.NDArray[Any], dtype: npt.DTypeLike, where: str) -> None:
     """FormatError unless every value of ``array`` is representable in ``dtype`` unchanged."""
     target = numpy.dtype(dtype)
     try:
@@ -100,7 +108,7 @@ def check_fits(array: numpy.ndarray, dtype, where: str) -> None:
         )
 
 
-def to_tokens(values, dtype, where: str) -> numpy.ndarray:
+def to_tokens(values: object, dtype: npt.DTypeLike, where: str) -> npt.NDArray[Any]:
     """Convert ``values`` to a contiguous 1-D array of ``dtype``, refusing lossy casts."""
     array = as_numpy(values)
     if array.dtype != dtype:

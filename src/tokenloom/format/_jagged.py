@@ -15,12 +15,16 @@ def _is_awkward(documents: object) -> bool:
     return type(documents).__module__.split(".")[0] == "awkward"
 
 
-def _awkward_chunks(documents: Any, chunk_size: int) -> Iterator[tuple[numpy.ndarray, numpy.ndarray]]:
+def _awkward_chunks(
+    documents: Any, chunk_size: int
+) -> Iterator[tuple[numpy.ndarray, numpy.ndarray]]:
     import awkward  # imported only when an awkward Array is handed in
 
     if documents.ndim != 2:
-        raise FormatError(f"add_documents: awkward Array must be 2-D (documents x tokens), "
-                          f"got {documents.ndim} dimensions")
+        raise FormatError(
+            f"add_documents: awkward Array must be 2-D (documents x tokens), "
+            f"got {documents.ndim} dimensions"
+        )
     counts = numpy.asarray(awkward.to_numpy(awkward.num(documents, axis=1)), dtype=numpy.int64)
     flat = awkward.to_numpy(awkward.flatten(documents, axis=1))
     ends = numpy.cumsum(counts)
@@ -34,7 +38,9 @@ def _awkward_chunks(documents: Any, chunk_size: int) -> Iterator[tuple[numpy.nda
         start_doc, start_tok = stop_doc, stop_tok
 
 
-def _iterable_chunks(documents: Iterable[Any], chunk_size: int) -> Iterator[tuple[numpy.ndarray, numpy.ndarray]]:
+def _iterable_chunks(
+    documents: Iterable[Any], chunk_size: int
+) -> Iterator[tuple[numpy.ndarray, numpy.ndarray]]:
     pending: list[numpy.ndarray] = []
     counts: list[int] = []
     total = 0
@@ -57,7 +63,9 @@ def _concatenate(arrays: Sequence[numpy.ndarray]) -> numpy.ndarray:
     return numpy.concatenate(nonempty)
 
 
-def iter_flat_chunks(documents: Any, chunk_size: int) -> Iterator[tuple[numpy.ndarray, numpy.ndarray]]:
+def iter_flat_chunks(
+    documents: Any, chunk_size: int
+) -> Iterator[tuple[numpy.ndarray, numpy.ndarray]]:
     """Yield ``(flat_tokens, counts)``: consecutive documents concatenated, about
     ``chunk_size`` tokens per chunk (at least one document)."""
     if _is_awkward(documents):

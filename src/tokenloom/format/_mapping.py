@@ -17,17 +17,34 @@ import mmap
 import os
 import sys
 import weakref
-from typing import Optional, Protocol, Tuple, Union
+from collections.abc import Callable
+from typing import Any, Optional, Protocol, Union
 
 import numpy
+import numpy.typing as npt
 
-__all__ = ["map_readonly", "map_array", "release", "holds_descriptor", "LiveMappings",
-           "LIVE_MAPPINGS"]
+__all__ = [
+    "map_readonly",
+    "map_array",
+    "release",
+    "holds_descriptor",
+    "LiveMappings",
+    "LIVE_MAPPINGS",
+]
 
-Buffer = Union[numpy.ndarray, mmap.mmap]
+Buffer = Union[npt.NDArray[numpy.uint8], mmap.mmap]
+
+#: ``mmap(addr, length, prot, flags, fd, offset)`` of the C library: the address, or None
+_MapFn = Callable[[Optional[int], int, int, int, int, int], Optional[int]]
+#: ``munmap(addr, length)`` of the C library
+_UnmapFn = Callable[[int, int], int]
 
 
-def _libc_mmap() -> Optional[Tuple[object, object]]:
+class _HasFileno(Protocol):
+    def fileno(self) -> int: ...
+
+
+def _libc_mmap() -> Optional[tuple[_MapFn, _UnmapFn]]:
     """``(mmap, munmap)`` of the C library, or None where they cannot be called safely."""
     if os.name != "posix" or ctypes.sizeof(ctypes.c_void_p) != 8:
         return None
@@ -37,8 +54,14 @@ def _libc_mmap() -> Optional[Tuple[object, object]]:
     except (OSError, AttributeError):
         return None
     map_fn.restype = ctypes.c_void_p
-    map_fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_int64)
+    map_fn.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int64,
+    )
     unmap_fn.restype = ctypes.c_int
     unmap_fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
     return map_fn, unmap_fn
@@ -55,20 +78,24 @@ class _Mapping:
 
     __slots__ = ("__array_interface__", "_address", "_size", "_unmap")
 
-    def __init__(self, address: int, size: int, unmap) -> None:
+    def __init__(self, address: int, size: int, unmap: _UnmapFn) -> None:
         self._address, self._size, self._unmap = address, size, unmap
-        self.__array_interface__ = {"data": (address, True), "shape": (size,),
-                                    "typestr": "|u1", "version": 3}
+        self.__array_interface__ = {
+            "data": (address, True),
+            "shape": (size,),
+            "typestr": "|u1",
+            "version": 3,
+        }
 
     def __del__(self) -> None:
         self._unmap(self._address, self._size)
 
 
-def map_readonly(handle, size: int) -> Buffer:
+def map_readonly(handle: _HasFileno, size: int) -> Buffer:
     """Map the first ``size`` (> 0) bytes of the open file ``handle`` read-only. The
     handle can be closed at once: the mapping holds no descriptor (see module doc)."""
     fd = handle.fileno()
-    if _TRACKFD:
+    if sys.version_info >= (3, 13):  # _TRACKFD, spelt so that type checkers see the version
         return mmap.mmap(fd, size, access=mmap.ACCESS_READ, trackfd=False)
     if _LIBC is None:
         return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
@@ -76,14 +103,15 @@ def map_readonly(handle, size: int) -> Buffer:
     address = map_fn(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
     if address is None or address == _MAP_FAILED:
         error = ctypes.get_errno()
-        raise OSError(error, f"cannot memory-map {getattr(handle, 'name', fd)}: "
-                             f"{os.strerror(error)}")
+        raise OSError(
+            error, f"cannot memory-map {getattr(handle, 'name', fd)}: {os.strerror(error)}"
+        )
     array = numpy.asarray(_Mapping(address, size, unmap_fn))
     array.flags.writeable = False
     return array
 
 
-def release(buffer) -> None:
+def release(buffer: Union[Buffer, bytes]) -> None:
     """Drop a mapping made by :func:`map_readonly`: unmapped now, or once the last array
     viewing it is collected (the caller just lets go of its reference)."""
     if isinstance(buffer, mmap.mmap):
@@ -93,7 +121,9 @@ def release(buffer) -> None:
             pass  # views still reference it; they keep it mapped until collected
 
 
-def map_array(path: str, dtype, shape: Tuple[int, ...], offset: int) -> numpy.ndarray:
+def map_array(
+    path: str, dtype: npt.DTypeLike, shape: tuple[int, ...], offset: int
+) -> npt.NDArray[Any]:
     """Read-only C-order array of ``dtype``/``shape`` at byte ``offset`` of ``path``
     (``numpy.memmap(path, dtype, "r", offset, shape)`` without its open descriptor)."""
     dtype = numpy.dtype(dtype)
@@ -101,8 +131,9 @@ def map_array(path: str, dtype, shape: Tuple[int, ...], offset: int) -> numpy.nd
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if offset < 0 or offset + count * dtype.itemsize > size:
-            raise ValueError(f"{path}: {size} bytes, too short for {count} x {dtype} at "
-                             f"byte offset {offset}")
+            raise ValueError(
+                f"{path}: {size} bytes, too short for {count} x {dtype} at byte offset {offset}"
+            )
         if count == 0:
             return numpy.zeros(shape, dtype=dtype)
         buffer = map_readonly(handle, size)

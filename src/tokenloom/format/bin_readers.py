@@ -8,17 +8,20 @@ Every reader implements :class:`BinReader`.  :func:`make_bin_reader` picks one f
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from typing import Callable, Dict, Optional
+from collections.abc import Callable
+from typing import Any, Optional, Union
 
 import numpy
+import numpy.typing as npt
 
 from tokenloom.errors import ConfigError, FormatError
-from tokenloom.format._mapping import LIVE_MAPPINGS, map_readonly, release
+from tokenloom.format._mapping import LIVE_MAPPINGS, Buffer, map_readonly, release
 from tokenloom.format.spec import MissingFileError, open_regular_file
 
 logger = logging.getLogger(__name__)
@@ -41,7 +44,7 @@ class BinReader(ABC):
         return None
 
     @abstractmethod
-    def read(self, dtype, count: int, offset: int) -> numpy.ndarray:
+    def read(self, dtype: npt.DTypeLike, count: int, offset: int) -> npt.NDArray[Any]:
         """Return ``count`` items of ``dtype`` starting at byte ``offset``.
 
         Raises FormatError when the file holds fewer bytes than asked for.
@@ -52,11 +55,11 @@ class BinReader(ABC):
         """Size of the file in bytes, or None when unknown without a round trip."""
         return None
 
-    def tokens(self, dtype) -> Optional[numpy.ndarray]:
+    def tokens(self, dtype: npt.DTypeLike) -> Optional[npt.NDArray[Any]]:
         """1-D read-only view of the whole file, or None when the reader has no such view."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most readers hold nothing to release
         """Release resources; arrays already handed out stay valid."""
 
 
@@ -68,7 +71,7 @@ def _short_read(path: str, count: int, offset: int, itemsize: int, got_bytes: in
     )
 
 
-def _open_existing(path: str):
+def _open_existing(path: str) -> io.FileIO:
     return open_regular_file(path, "data", buffering=0)
 
 
@@ -78,6 +81,8 @@ class MMapBinReader(BinReader):
     Views keep the mapping alive: ``close()`` only drops this reader's reference,
     the memory is unmapped when the last view is garbage collected.
     """
+
+    _buffer: Union[Buffer, bytes]
 
     def __init__(self, bin_path: str) -> None:
         self.path = bin_path
@@ -122,7 +127,7 @@ class MMapBinReader(BinReader):
         except FormatError as error:
             logger.error("%s", error)
 
-    def read(self, dtype, count: int, offset: int) -> numpy.ndarray:
+    def read(self, dtype: npt.DTypeLike, count: int, offset: int) -> npt.NDArray[Any]:
         """Return a read-only view of ``count`` tokens at byte ``offset``."""
         dtype = numpy.dtype(dtype)
         if offset < 0 or count < 0 or offset + count * dtype.itemsize > self._size:
@@ -132,7 +137,7 @@ class MMapBinReader(BinReader):
             self.verify_size()
         return numpy.frombuffer(self._buffer, dtype=dtype, count=count, offset=offset)
 
-    def tokens(self, dtype) -> numpy.ndarray:
+    def tokens(self, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
         """Read-only view of the whole file as ``dtype`` (a trailing partial item is dropped)."""
         dtype = numpy.dtype(dtype)
         return numpy.frombuffer(self._buffer, dtype=dtype, count=self._size // dtype.itemsize)
@@ -152,7 +157,8 @@ def _shrunk(path: str, mapped: int, now: int) -> FormatError:
         "further would crash this process with SIGBUS. Reopen the datasets once the file "
         "is complete, publish new data under a new prefix or by rename (as tokenloom's "
         "writers do), or read with mmap_bin_files=False (IndexedDataset(mmap=False)) "
-        "where files may change under a running job")
+        "where files may change under a running job"
+    )
 
 
 class FileBinReader(BinReader):
@@ -163,14 +169,15 @@ class FileBinReader(BinReader):
     format error and is not retried.  The handle is reopened after ``fork``.
     """
 
-    def __init__(self, bin_path: str, num_max_retries: int = 3,
-                 sleep_duration_start: float = 10) -> None:
+    def __init__(
+        self, bin_path: str, num_max_retries: int = 3, sleep_duration_start: float = 10
+    ) -> None:
         self.path = bin_path
         self.num_max_retries = int(num_max_retries)
         self.sleep_duration_start = sleep_duration_start
         self._lock = threading.Lock()
-        self._handle = None
-        self._pid = None
+        self._handle: Optional[io.FileIO] = None
+        self._pid: Optional[int] = None
         _open_existing(bin_path).close()  # fail now on a missing/irregular/unreadable file
 
     @property
@@ -181,13 +188,13 @@ class FileBinReader(BinReader):
         except FileNotFoundError:
             raise MissingFileError(f"{self.path}: data file does not exist") from None
 
-    def _read_once(self, out: numpy.ndarray, offset: int) -> int:
+    def _read_once(self, out: npt.NDArray[Any], offset: int) -> int:
         with self._lock:
             if self._handle is None or self._pid != os.getpid():
                 self._handle = _open_existing(self.path)
                 self._pid = os.getpid()
             self._handle.seek(offset)
-            view = memoryview(out).cast("B")
+            view = out.data.cast("B")
             done = 0
             while done < view.nbytes:
                 got = self._handle.readinto(view[done:])
@@ -196,7 +203,7 @@ class FileBinReader(BinReader):
                 done += got
             return done
 
-    def read(self, dtype, count: int, offset: int) -> numpy.ndarray:
+    def read(self, dtype: npt.DTypeLike, count: int, offset: int) -> npt.NDArray[Any]:
         """Read ``count`` tokens at byte ``offset`` into a fresh writable array."""
         itemsize = numpy.dtype(dtype).itemsize
         if offset < 0 or count < 0 or offset + count * itemsize > _MAX_OFFSET:
@@ -213,8 +220,14 @@ class FileBinReader(BinReader):
                 self._drop_handle()
                 if attempt == self.num_max_retries:
                     raise
-                logger.warning("%s: read attempt %d/%d failed (%s); retrying in %ss", self.path,
-                               attempt + 1, self.num_max_retries + 1, error, sleep)
+                logger.warning(
+                    "%s: read attempt %d/%d failed (%s); retrying in %ss",
+                    self.path,
+                    attempt + 1,
+                    self.num_max_retries + 1,
+                    error,
+                    sleep,
+                )
                 time.sleep(sleep)
                 sleep *= 2
         if got != out.nbytes:
@@ -234,24 +247,25 @@ class FileBinReader(BinReader):
         """Close the file handle (a later read reopens it)."""
         self._drop_handle()
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.update(_handle=None, _pid=None, _lock=None)
         return state
 
-    def __setstate__(self, state) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
 
 ReaderFactory = Callable[[str, object], BinReader]
 IndexFetcher = Callable[[str, str, object], None]
-_OBJECT_STORAGE_READERS: Dict[str, ReaderFactory] = {}
-_INDEX_FETCHERS: Dict[str, IndexFetcher] = {}
+_OBJECT_STORAGE_READERS: dict[str, ReaderFactory] = {}
+_INDEX_FETCHERS: dict[str, IndexFetcher] = {}
 
 
-def register_bin_reader(scheme: str, factory: ReaderFactory,
-                        fetch_index: Optional[IndexFetcher] = None) -> None:
+def register_bin_reader(
+    scheme: str, factory: ReaderFactory, fetch_index: Optional[IndexFetcher] = None
+) -> None:
     """Register ``factory(bin_path, object_storage_config)`` for paths ``scheme://...``.
 
     ``fetch_index(remote_idx_path, local_idx_path, object_storage_config)``, when given,
@@ -268,7 +282,7 @@ def storage_scheme(path: str) -> Optional[str]:
     return head if sep and head.isidentifier() else None
 
 
-def resolve_index_path(idx_path: str, object_storage_config=None) -> str:
+def resolve_index_path(idx_path: str, object_storage_config: object = None) -> str:
     """Local path of the ``.idx`` to open: ``idx_path`` itself for local files; for
     ``scheme://bucket/key.idx`` the copy under ``object_storage_config.path_to_idx_cache``
     (an attribute, or a key of a dict config), fetched first by the scheme's registered
@@ -282,8 +296,8 @@ def resolve_index_path(idx_path: str, object_storage_config=None) -> str:
         cache = getattr(object_storage_config, "path_to_idx_cache", None)
     if cache is None:
         raise ConfigError(
-            f"{idx_path}: object storage paths need an object_storage_config with "
-            "path_to_idx_cache")
+            f"{idx_path}: object storage paths need an object_storage_config with path_to_idx_cache"
+        )
     local = os.path.join(cache, str(idx_path).split("://", 1)[1])
     fetch = _INDEX_FETCHERS.get(scheme)
     if fetch is not None and not os.path.exists(local):
@@ -291,13 +305,16 @@ def resolve_index_path(idx_path: str, object_storage_config=None) -> str:
     return local
 
 
-def make_bin_reader(bin_path: str, mmap: bool = True, object_storage_config=None) -> BinReader:
+def make_bin_reader(
+    bin_path: str, mmap: bool = True, object_storage_config: object = None
+) -> BinReader:
     """Choose the reader for ``bin_path``: object storage, memory map or file pointer."""
     scheme = storage_scheme(bin_path)
     if object_storage_config is not None or scheme is not None:
         if mmap:
             raise ConfigError(
-                f"{bin_path}: object storage data cannot be memory-mapped; pass mmap=False")
+                f"{bin_path}: object storage data cannot be memory-mapped; pass mmap=False"
+            )
         factory = _OBJECT_STORAGE_READERS.get(scheme or "")
         if factory is None:
             known = ", ".join(sorted(_OBJECT_STORAGE_READERS)) or "none registered"

@@ -29,8 +29,7 @@ from typing import Optional, Union
 from tokenloom.errors import CacheError
 from tokenloom.process_caches import IDX_DIGESTS
 
-__all__ = ["DIGEST_NAME", "digest_bytes", "file_identity", "idx_digest",
-           "identity_of", "stat_key"]
+__all__ = ["DIGEST_NAME", "digest_bytes", "file_identity", "idx_digest", "identity_of", "stat_key"]
 
 Bytes = Union[bytes, bytearray, memoryview]
 _CHUNK = 8 << 20
@@ -53,7 +52,7 @@ def digest_bytes(data: Bytes) -> str:
     digest = _new_hash()
     view = memoryview(data).cast("B")
     for start in range(0, max(len(view), 1), _CHUNK):
-        digest.update(view[start:start + _CHUNK])  # type: ignore[attr-defined]
+        digest.update(view[start : start + _CHUNK])  # type: ignore[attr-defined]
     return str(digest.hexdigest())  # type: ignore[attr-defined]
 
 
@@ -85,13 +84,16 @@ def idx_digest(path: str, stat: os.stat_result, data: Optional[Bytes] = None) ->
     return text
 
 
-def identity_of(idx_stat: os.stat_result, digest: str,
-                bin_stat: os.stat_result) -> OrderedDict[str, OrderedDict[str, object]]:
+def identity_of(
+    idx_stat: os.stat_result, digest: str, bin_stat: os.stat_result
+) -> OrderedDict[str, OrderedDict[str, object]]:
     """The identity of a pair from its files' ``stat`` and the ``.idx`` digest."""
     idx: OrderedDict[str, object] = OrderedDict(
-        [("size", idx_stat.st_size), ("mtime_ns", idx_stat.st_mtime_ns), (DIGEST_NAME, digest)])
+        [("size", idx_stat.st_size), ("mtime_ns", idx_stat.st_mtime_ns), (DIGEST_NAME, digest)]
+    )
     bin_: OrderedDict[str, object] = OrderedDict(
-        [("size", bin_stat.st_size), ("mtime_ns", bin_stat.st_mtime_ns)])
+        [("size", bin_stat.st_size), ("mtime_ns", bin_stat.st_mtime_ns)]
+    )
     return OrderedDict([("idx", idx), ("bin", bin_)])
 
 

@@ -34,10 +34,15 @@ class IndexFile:
     ``multimodal=None`` detects from the file size whether sequence modes are present.
     """
 
-    def __init__(self, idx_path: str, multimodal: Optional[bool],
-                 sequences_per_dataset: Optional[tuple[int, int]] = None,
-                 dtype_code: Optional[int] = None, check_documents: bool = True,
-                 data: Optional[bytes] = None) -> None:
+    def __init__(
+        self,
+        idx_path: str,
+        multimodal: Optional[bool],
+        sequences_per_dataset: Optional[tuple[int, int]] = None,
+        dtype_code: Optional[int] = None,
+        check_documents: bool = True,
+        data: Optional[bytes] = None,
+    ) -> None:
         self.path = idx_path
         # ``data``: the whole file, already read (a small ``.idx`` read in one call)
         self.stat: Optional[os.stat_result] = None  # of the file mapped here
@@ -55,11 +60,12 @@ class IndexFile:
         count = header.sequence_count
         self.lengths = numpy.frombuffer(buffer, numpy.int32, count, layout.lengths_offset)
         self.pointers = numpy.frombuffer(buffer, numpy.int64, count, layout.pointers_offset)
-        self.documents = numpy.frombuffer(buffer, numpy.int64, header.document_count,
-                                          layout.documents_offset)
+        self.documents = numpy.frombuffer(
+            buffer, numpy.int64, header.document_count, layout.documents_offset
+        )
         self.modes: Optional[numpy.ndarray] = (
-            numpy.frombuffer(buffer, numpy.int8, count, layout.modes_offset)
-            if multimodal else None)
+            numpy.frombuffer(buffer, numpy.int8, count, layout.modes_offset) if multimodal else None
+        )
         self._buffer: Buffer = buffer
         self._closed = False
         check_document_indices(self.documents, count, idx_path, full=check_documents)
@@ -87,9 +93,12 @@ def _map_file(path: str) -> tuple[Buffer, os.stat_result]:
         return map_readonly(handle, stat.st_size), stat  # holds no descriptor once closed
 
 
-def _check_expected_header(header: IndexHeader, path: str,
-                           sequences_per_dataset: Optional[tuple[int, int]],
-                           dtype_code: Optional[int]) -> None:
+def _check_expected_header(
+    header: IndexHeader,
+    path: str,
+    sequences_per_dataset: Optional[tuple[int, int]],
+    dtype_code: Optional[int],
+) -> None:
     if sequences_per_dataset is not None:
         expected = (int(sequences_per_dataset[0]), int(sequences_per_dataset[1]))
         if expected != (header.sequence_count, header.document_count):
@@ -106,8 +115,9 @@ def _check_expected_header(header: IndexHeader, path: str,
         )
 
 
-def check_document_indices(documents: numpy.ndarray, sequence_count: int, path: str,
-                           full: bool = True) -> None:
+def check_document_indices(
+    documents: numpy.ndarray, sequence_count: int, path: str, full: bool = True
+) -> None:
     """FormatError unless the document index starts at 0, ends at the sequence count
     and (with ``full``) never decreases."""
     if documents.shape[0] == 0:

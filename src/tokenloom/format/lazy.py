@@ -64,10 +64,15 @@ class PairFacts:
         """Exactly what :func:`tokenloom.format.identity.file_identity` returns for
         these files while they are unchanged."""
         idx: OrderedDict[str, object] = OrderedDict(
-            [("size", self.idx_stat[0]), ("mtime_ns", self.idx_stat[1]),
-             (DIGEST_NAME, self.idx_digest)])
+            [
+                ("size", self.idx_stat[0]),
+                ("mtime_ns", self.idx_stat[1]),
+                (DIGEST_NAME, self.idx_digest),
+            ]
+        )
         bin_: OrderedDict[str, object] = OrderedDict(
-            [("size", self.bin_size), ("mtime_ns", self.bin_mtime_ns)])
+            [("size", self.bin_size), ("mtime_ns", self.bin_mtime_ns)]
+        )
         return OrderedDict([("idx", idx), ("bin", bin_)])
 
     def unchanged(self) -> bool:
@@ -75,8 +80,10 @@ class PairFacts:
         recorded size and mtime."""
         try:
             bin_stat = os.stat(self.prefix + ".bin")
-            return stat_key(os.stat(self.idx_path)) == self.idx_stat \
-                and (bin_stat.st_size, bin_stat.st_mtime_ns) == (self.bin_size, self.bin_mtime_ns)
+            return stat_key(os.stat(self.idx_path)) == self.idx_stat and (
+                bin_stat.st_size,
+                bin_stat.st_mtime_ns,
+            ) == (self.bin_size, self.bin_mtime_ns)
         except OSError:
             return False
 
@@ -92,9 +99,15 @@ class LazyIndexedDataset:
         opened: the pair already opened (``release()`` closes it, to reopen on use).
     """
 
-    def __init__(self, facts: PairFacts, *, mmap: bool = True, fast_cache_load: bool = False,
-                 index: Optional[IndexFile] = None,
-                 opened: Optional[IndexedDataset] = None) -> None:
+    def __init__(
+        self,
+        facts: PairFacts,
+        *,
+        mmap: bool = True,
+        fast_cache_load: bool = False,
+        index: Optional[IndexFile] = None,
+        opened: Optional[IndexedDataset] = None,
+    ) -> None:
         self.facts = facts
         self.mmap, self.fast_cache_load = bool(mmap), bool(fast_cache_load)
         self._index = index
@@ -148,11 +161,16 @@ class LazyIndexedDataset:
                 if not facts.unchanged():
                     raise FormatError(
                         f"{facts.prefix}.idx/.bin changed after the datasets were built over "
-                        "them (size, times or inode differ from start-up); rebuild the datasets")
+                        "them (size, times or inode differ from start-up); rebuild the datasets"
+                    )
                 self._dataset = IndexedDataset(
-                    facts.prefix, multimodal=False, mmap=self.mmap,
+                    facts.prefix,
+                    multimodal=False,
+                    mmap=self.mmap,
                     fast_cache_load=self.fast_cache_load,
-                    sequences_per_dataset=self.sequences_per_dataset, dtype_code=facts.dtype_code)
+                    sequences_per_dataset=self.sequences_per_dataset,
+                    dtype_code=facts.dtype_code,
+                )
             return self._dataset
 
     def release(self) -> None:
@@ -231,13 +249,16 @@ class LazyIndexedDataset:
 
     def __repr__(self) -> str:
         state = "open" if self.opened else "not opened"
-        return (f"LazyIndexedDataset({self.path_prefix!r}, dtype={numpy.dtype(self.dtype).name}, "
-                f"sequences={len(self)}, {state})")
+        return (
+            f"LazyIndexedDataset({self.path_prefix!r}, dtype={numpy.dtype(self.dtype).name}, "
+            f"sequences={len(self)}, {state})"
+        )
 
     # -- pickling: stay lazy in the receiving process ----------------------------------
     def __getstate__(self) -> dict[str, object]:
         return {"facts": self.facts, "mmap": self.mmap, "fast_cache_load": self.fast_cache_load}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        LazyIndexedDataset.__init__(self, state["facts"], mmap=state["mmap"],
-                                    fast_cache_load=state["fast_cache_load"])
+        LazyIndexedDataset.__init__(
+            self, state["facts"], mmap=state["mmap"], fast_cache_load=state["fast_cache_load"]
+        )

@@ -31,20 +31,31 @@ class SuspiciousDataFileWarning(UserWarning):
     """A ``.bin`` whose size suggests that the ``.idx`` dtype code is wrong."""
 
 
-def _pointer_error(path: str, at: int, found: int, expected: int, itemsize: int,
-                   previous_length: Optional[int] = None) -> FormatError:
-    before = ("no sequence comes before it, so it must be 0" if at == 0 else
-              f"sequence {at - 1} (length {previous_length}) ends at byte {expected}")
+def _pointer_error(
+    path: str,
+    at: int,
+    found: int,
+    expected: int,
+    itemsize: int,
+    previous_length: Optional[int] = None,
+) -> FormatError:
+    before = (
+        "no sequence comes before it, so it must be 0"
+        if at == 0
+        else f"sequence {at - 1} (length {previous_length}) ends at byte {expected}"
+    )
     return FormatError(
         f"{path}: sequence {at} has pointer {found}, but {before} "
         f"({itemsize}-byte tokens stored back to back, as every writer stores "
         "them); the pointers disagree with the lengths (they overlap or leave gaps): the index is "
         "corrupt, rebuild the pair "
-        "(`tokenloom inspect` lists every problem)")
+        "(`tokenloom inspect` lists every problem)"
+    )
 
 
-def check_sequence_pointers(lengths: numpy.ndarray, pointers: numpy.ndarray, itemsize: int,
-                            path: str) -> None:
+def check_sequence_pointers(
+    lengths: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, path: str
+) -> None:
     """FormatError naming the first sequence whose pointer is not the running sum."""
     count = lengths.shape[0]
     if count == 0:
@@ -57,19 +68,22 @@ def check_sequence_pointers(lengths: numpy.ndarray, pointers: numpy.ndarray, ite
         stop = min(start + _CHUNK, count)
         if int(lengths[start:stop].min()) < 0:
             at = start + int(numpy.argmin(lengths[start:stop] >= 0))
-            raise FormatError(f"{path}: sequence {at} has negative length {int(lengths[at])}; "
-                              "the index file is corrupt: rebuild the .bin/.idx pair")
-        ends = scratch[:stop - start]
+            raise FormatError(
+                f"{path}: sequence {at} has negative length {int(lengths[at])}; "
+                "the index file is corrupt: rebuild the .bin/.idx pair"
+            )
+        ends = scratch[: stop - start]
         numpy.cumsum(lengths[start:stop], dtype=numpy.int64, out=ends)
         ends *= itemsize
         ends += carry  # ends[i]: where sequence start + i ends = pointer of the next one
         carry = int(ends[-1])
-        compared = ends[:stop - start - (1 if stop == count else 0)]
-        wrong = numpy.flatnonzero(compared != pointers[start + 1:start + 1 + compared.shape[0]])
+        compared = ends[: stop - start - (1 if stop == count else 0)]
+        wrong = numpy.flatnonzero(compared != pointers[start + 1 : start + 1 + compared.shape[0]])
         if wrong.size:
             at = start + 1 + int(wrong[0])
-            raise _pointer_error(path, at, int(pointers[at]), int(compared[wrong[0]]), itemsize,
-                                 int(lengths[at - 1]))
+            raise _pointer_error(
+                path, at, int(pointers[at]), int(compared[wrong[0]]), itemsize, int(lengths[at - 1])
+            )
 
 
 def warn_on_suspicious_extent(bin_path: str, bin_size: int, extent: int, itemsize: int) -> None:
@@ -82,15 +96,18 @@ def warn_on_suspicious_extent(bin_path: str, bin_size: int, extent: int, itemsiz
         return
     ratio = bin_size // extent
     if ratio in _DTYPE_RATIOS and itemsize * ratio <= 8:
-        message = (f"{bin_path}: the data file is exactly {ratio}x the {extent} bytes its index "
-                   f"describes; the .idx dtype code ({itemsize}-byte tokens) is probably wrong "
-                   f"(the tokens may be {itemsize * ratio}-byte), so samples would be garbage. "
-                   "Check it with `tokenloom inspect --vocab-size N`")
+        message = (
+            f"{bin_path}: the data file is exactly {ratio}x the {extent} bytes its index "
+            f"describes; the .idx dtype code ({itemsize}-byte tokens) is probably wrong "
+            f"(the tokens may be {itemsize * ratio}-byte), so samples would be garbage. "
+            "Check it with `tokenloom inspect --vocab-size N`"
+        )
         warnings.warn(message, SuspiciousDataFileWarning, stacklevel=3)
 
 
-def run_open_checks(index: Any, bin_size: Optional[int], bin_path: str, itemsize: int,
-                    trust_index: bool) -> None:
+def run_open_checks(
+    index: Any, bin_size: Optional[int], bin_path: str, itemsize: int, trust_index: bool
+) -> None:
     """What :class:`~tokenloom.format.IndexedDataset` checks at open (after the size check):
     the pointers (unless ``trust_index``, i.e. ``fast_cache_load``) and the extent."""
     if not trust_index:
@@ -101,4 +118,9 @@ def run_open_checks(index: Any, bin_size: Optional[int], bin_path: str, itemsize
         warn_on_suspicious_extent(bin_path, int(bin_size), extent, itemsize)
 
 
-__all__ = ["run_open_checks", "check_sequence_pointers", "warn_on_suspicious_extent", "SuspiciousDataFileWarning"]
+__all__ = [
+    "run_open_checks",
+    "check_sequence_pointers",
+    "warn_on_suspicious_extent",
+    "SuspiciousDataFileWarning",
+]

@@ -30,7 +30,8 @@ import errno
 import json
 import os
 import time
-from typing import Iterator, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Optional
 
 from tokenloom.atomic import atomic_write_bytes, fsync_dir, fsync_path, temporary_sibling
 from tokenloom.errors import FormatError, OutputError, PublishTimeoutError, TokenloomError
@@ -112,8 +113,7 @@ def _acquire(fd: int, exclusive: bool, path: str, timeout: Optional[float]) -> N
 
 
 @contextlib.contextmanager
-def _locked(prefix: str, exclusive: bool, timeout: Optional[float],
-            create: bool) -> Iterator[bool]:
+def _locked(prefix: str, exclusive: bool, timeout: Optional[float], create: bool) -> Iterator[bool]:
     """Hold the directory lock; yields False when there is no lock file to hold."""
     fd = _open_lock(prefix, create)
     if fd is None:
@@ -126,20 +126,24 @@ def _locked(prefix: str, exclusive: bool, timeout: Optional[float],
         os.close(fd)  # closing the descriptor releases the flock
 
 
-def _read_journal(path: str) -> List[Tuple[str, str]]:
+def _read_journal(path: str) -> list[tuple[str, str]]:
     folder = os.path.dirname(path)
     try:
         with open(path, "rb") as handle:
             record = json.loads(handle.read().decode("utf-8"))
         if record.get("format") != _JOURNAL_FORMAT:
             raise ValueError(f"format {record.get('format')!r}")
-        return [(os.path.join(folder, tmp), os.path.join(folder, final))
-                for tmp, final in record["moves"]]
+        return [
+            (os.path.join(folder, tmp), os.path.join(folder, final))
+            for tmp, final in record["moves"]
+        ]
     except FileNotFoundError:
         return []
     except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise FormatError(f"{path}: publish journal is unreadable ({error}); it was not written "
-                          "by tokenloom: delete it and rewrite the dataset") from None
+        raise FormatError(
+            f"{path}: publish journal is unreadable ({error}); it was not written "
+            "by tokenloom: delete it and rewrite the dataset"
+        ) from None
 
 
 def _roll_forward(path: str) -> bool:
@@ -167,9 +171,11 @@ def recover(prefix: str, timeout: Optional[float] = None) -> bool:
         with _locked(prefix, True, timeout, create=True):
             return _roll_forward(journal)
     except PermissionError as error:
-        raise FormatError(f"{journal}: a publish of {prefix} was interrupted and must be finished, "
-                          f"but this process cannot write there ({error.strerror}); open the "
-                          "dataset once with write access to repair it") from None
+        raise FormatError(
+            f"{journal}: a publish of {prefix} was interrupted and must be finished, "
+            f"but this process cannot write there ({error.strerror}); open the "
+            "dataset once with write access to repair it"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -194,16 +200,19 @@ def _relative(folder: str, path: str) -> str:
     return path  # os.path.join(folder, absolute) gives the absolute path back
 
 
-def publish_pair(prefix: str, moves: Sequence[Tuple[str, str]],
-                 timeout: Optional[float] = None) -> None:
+def publish_pair(
+    prefix: str, moves: Sequence[tuple[str, str]], timeout: Optional[float] = None
+) -> None:
     """Rename every finished ``(temporary, final)`` file into place as one publish.
 
     The temporaries must be complete and fsynced, and on the same filesystem as their
     final names (siblings, as :func:`~tokenloom.atomic.temporary_sibling` makes them)."""
     journal = journal_path(prefix)
     folder = os.path.dirname(journal)
-    record = {"format": _JOURNAL_FORMAT,
-              "moves": [[_relative(folder, tmp), _relative(folder, final)] for tmp, final in moves]}
+    record = {
+        "format": _JOURNAL_FORMAT,
+        "moves": [[_relative(folder, tmp), _relative(folder, final)] for tmp, final in moves],
+    }
     with _locked(prefix, True, timeout, create=True):
         _roll_forward(journal)
         try:  # the commit point; failing here leaves the old set (the caller discards)
@@ -213,16 +222,22 @@ def publish_pair(prefix: str, moves: Sequence[Tuple[str, str]],
         _roll_forward(journal)
 
 
-def write_temporaries(prefix: str, extra_files: Mapping[str, bytes]) -> List[Tuple[str, str]]:
+def write_temporaries(prefix: str, extra_files: Mapping[str, bytes]) -> list[tuple[str, str]]:
     """Write each ``suffix -> bytes`` to a fsynced temporary sibling of ``prefix + suffix``;
     returns the ``(temporary, final)`` moves (the caller removes them on failure)."""
-    moves: List[Tuple[str, str]] = []
+    moves: list[tuple[str, str]] = []
     try:
         for suffix, data in extra_files.items():
-            if not isinstance(suffix, str) or not suffix or "/" in suffix or suffix in (
-                    ".bin", ".idx"):
-                raise FormatError(f"{prefix}: extra file suffix {suffix!r}: use a suffix such as "
-                                  "'.json' (not '.bin'/'.idx', no '/')")
+            if (
+                not isinstance(suffix, str)
+                or not suffix
+                or "/" in suffix
+                or suffix in (".bin", ".idx")
+            ):
+                raise FormatError(
+                    f"{prefix}: extra file suffix {suffix!r}: use a suffix such as "
+                    "'.json' (not '.bin'/'.idx', no '/')"
+                )
             final = f"{prefix}{suffix}"
             tmp = temporary_sibling(final)
             moves.append((tmp, final))
@@ -243,21 +258,32 @@ def write_temporaries(prefix: str, extra_files: Mapping[str, bytes]) -> List[Tup
 def output_error(path: str, error: OSError) -> OutputError:
     """The OutputError naming ``path`` for a failed write (``errno`` kept, so that callers
     catching ``OSError`` can still test it)."""
-    hint = " (the disk is full: free space or write elsewhere)" \
-        if error.errno == errno.ENOSPC else ""
-    failure = OutputError(f"{path}: cannot write the output: {error.strerror or error}{hint}; "
-                          "nothing was published")
+    hint = (
+        " (the disk is full: free space or write elsewhere)" if error.errno == errno.ENOSPC else ""
+    )
+    failure = OutputError(
+        f"{path}: cannot write the output: {error.strerror or error}{hint}; nothing was published"
+    )
     failure.errno = error.errno
     return failure
 
 
-def discard(moves: Sequence[Tuple[str, str]]) -> None:
+def discard(moves: Sequence[tuple[str, str]]) -> None:
     """Remove the temporaries of moves that were not published."""
     for tmp, _ in moves:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
 
 
-__all__ = ["publish_pair", "recover", "reading", "write_temporaries", "discard", "lock_path",
-           "output_error",
-           "journal_path", "default_timeout", "LOCK_NAME"]
+__all__ = [
+    "publish_pair",
+    "recover",
+    "reading",
+    "write_temporaries",
+    "discard",
+    "lock_path",
+    "output_error",
+    "journal_path",
+    "default_timeout",
+    "LOCK_NAME",
+]

@@ -34,13 +34,24 @@ from tokenloom.format.spec import (
 )
 
 
-def _open_local(path_prefix: str, multimodal: bool, mmap: bool, object_storage_config: Any,
-                sequences_per_dataset: Optional[tuple[int, int]], dtype_code: Optional[int],
-                fast_cache_load: bool) -> tuple[IndexFile, BinReader]:
+def _open_local(
+    path_prefix: str,
+    multimodal: bool,
+    mmap: bool,
+    object_storage_config: Any,
+    sequences_per_dataset: Optional[tuple[int, int]],
+    dtype_code: Optional[int],
+    fast_cache_load: bool,
+) -> tuple[IndexFile, BinReader]:
     idx_path = resolve_index_path(get_idx_path(path_prefix), object_storage_config)
     with reading(path_prefix):  # never one file of an old pair and one of a new one
-        index = IndexFile(idx_path, multimodal, sequences_per_dataset, dtype_code,
-                          check_documents=not fast_cache_load)
+        index = IndexFile(
+            idx_path,
+            multimodal,
+            sequences_per_dataset,
+            dtype_code,
+            check_documents=not fast_cache_load,
+        )
         try:
             reader = make_bin_reader(get_bin_path(path_prefix), mmap, object_storage_config)
         except BaseException:
@@ -73,8 +84,9 @@ def _check_bin_size(index: IndexFile, reader: BinReader, itemsize: int) -> None:
         )
 
 
-def _check_back_to_back(prefix: str, pointers: numpy.ndarray, lengths: numpy.ndarray,
-                        itemsize: int, start: int) -> None:
+def _check_back_to_back(
+    prefix: str, pointers: numpy.ndarray, lengths: numpy.ndarray, itemsize: int, start: int
+) -> None:
     """FormatError unless the sequences of a slice lie back to back in the ``.bin``
     (a slice is read in one go, so it would disagree with reading item by item)."""
     if pointers.shape[0] < 2:
@@ -87,14 +99,17 @@ def _check_back_to_back(prefix: str, pointers: numpy.ndarray, lengths: numpy.nda
             f"{prefix}.idx: sequence {at} has pointer {int(pointers[wrong[0] + 1])}, but the "
             f"previous sequence ends at byte {int(pointers[wrong[0]] + steps[wrong[0]])}; the "
             "pointers disagree with the lengths, the index file is corrupt (check it with "
-            "`tokenloom inspect`)")
+            "`tokenloom inspect`)"
+        )
 
 
 def _describe_identity(identity: Optional[Mapping[str, Mapping[str, object]]]) -> str:
     if identity is None:
         return "unreadable"
-    return "; ".join(f".{part} " + ", ".join(f"{k}={v}" for k, v in fields.items())
-                     for part, fields in identity.items())
+    return "; ".join(
+        f".{part} " + ", ".join(f"{k}={v}" for k, v in fields.items())
+        for part, fields in identity.items()
+    )
 
 
 class IndexedDataset:
@@ -115,18 +130,37 @@ class IndexedDataset:
         dtype_code: the expected dtype code (checked against the header when given).
     """
 
-    def __init__(self, path_prefix: str, multimodal: bool = False, mmap: bool = True,
-                 object_storage_config: Any = None, s3_config: Any = None,
-                 fast_cache_load: bool = False,
-                 sequences_per_dataset: Optional[tuple[int, int]] = None,
-                 dtype_code: Optional[int] = None) -> None:
-        self._open(os.fspath(path_prefix) if not isinstance(path_prefix, str) else path_prefix,
-                   bool(multimodal), bool(mmap), object_storage_config or s3_config,
-                   bool(fast_cache_load), sequences_per_dataset, dtype_code)
+    def __init__(
+        self,
+        path_prefix: str,
+        multimodal: bool = False,
+        mmap: bool = True,
+        object_storage_config: Any = None,
+        s3_config: Any = None,
+        fast_cache_load: bool = False,
+        sequences_per_dataset: Optional[tuple[int, int]] = None,
+        dtype_code: Optional[int] = None,
+    ) -> None:
+        self._open(
+            os.fspath(path_prefix) if not isinstance(path_prefix, str) else path_prefix,
+            bool(multimodal),
+            bool(mmap),
+            object_storage_config or s3_config,
+            bool(fast_cache_load),
+            sequences_per_dataset,
+            dtype_code,
+        )
 
-    def _open(self, path_prefix: str, multimodal: bool, mmap: bool, object_storage_config: Any,
-              fast_cache_load: bool, sequences_per_dataset: Optional[tuple[int, int]],
-              dtype_code: Optional[int]) -> None:
+    def _open(
+        self,
+        path_prefix: str,
+        multimodal: bool,
+        mmap: bool,
+        object_storage_config: Any,
+        fast_cache_load: bool,
+        sequences_per_dataset: Optional[tuple[int, int]],
+        dtype_code: Optional[int],
+    ) -> None:
         self.path_prefix = path_prefix
         self.multimodal = multimodal
         self.mmap = mmap
@@ -135,12 +169,25 @@ class IndexedDataset:
         self.sequences_per_dataset = sequences_per_dataset
         self.dtype_code = dtype_code
         if remote.is_remote(path_prefix):  # s3:// or msc://: tokenloom.storage
-            index, reader = remote.open_remote(path_prefix, multimodal, mmap,
-                                               object_storage_config, sequences_per_dataset,
-                                               dtype_code, not fast_cache_load)
+            index, reader = remote.open_remote(
+                path_prefix,
+                multimodal,
+                mmap,
+                object_storage_config,
+                sequences_per_dataset,
+                dtype_code,
+                not fast_cache_load,
+            )
         else:
-            index, reader = _open_local(path_prefix, multimodal, mmap, object_storage_config,
-                                        sequences_per_dataset, dtype_code, fast_cache_load)
+            index, reader = _open_local(
+                path_prefix,
+                multimodal,
+                mmap,
+                object_storage_config,
+                sequences_per_dataset,
+                dtype_code,
+                fast_cache_load,
+            )
         self._index: Optional[IndexFile] = index
         self.bin_reader = reader
         self.dtype = index.header.dtype
@@ -180,10 +227,13 @@ class IndexedDataset:
         """Pickle the constructor arguments and the file identity; the files are
         reopened on load, and must still be the same."""
         return {
-            "path_prefix": self.path_prefix, "multimodal": self.multimodal, "mmap": self.mmap,
+            "path_prefix": self.path_prefix,
+            "multimodal": self.multimodal,
+            "mmap": self.mmap,
             "object_storage_config": self.object_storage_config,
             "fast_cache_load": self.fast_cache_load,
-            "sequences_per_dataset": self.sequences_per_dataset, "dtype_code": self.dtype_code,
+            "sequences_per_dataset": self.sequences_per_dataset,
+            "dtype_code": self.dtype_code,
             "identity": self.file_identity(),
         }
 
@@ -196,15 +246,19 @@ class IndexedDataset:
         if pickled is None:
             return
         current = self.file_identity()
-        changed = [f"{self.path_prefix}.{part}" for part in ("idx", "bin")
-                   if current is None or current.get(part) != pickled.get(part)]
+        changed = [
+            f"{self.path_prefix}.{part}"
+            for part in ("idx", "bin")
+            if current is None or current.get(part) != pickled.get(part)
+        ]
         if changed:
             self.close()
             raise FormatError(
                 f"{' and '.join(changed)} changed after this dataset was pickled (in a "
                 f"DataLoader worker: after the parent opened it): the process that pickled "
                 f"it read other files. Was: {_describe_identity(pickled)}; now: "
-                f"{_describe_identity(current)}. Rebuild the datasets over the new files")
+                f"{_describe_identity(current)}. Rebuild the datasets over the new files"
+            )
 
     # -- lifetime ---------------------------------------------------------------------
     def close(self) -> None:
@@ -282,8 +336,9 @@ class IndexedDataset:
         """Whether both ``.idx`` and ``.bin`` exist at ``path_prefix`` (also s3://, msc://)."""
         if remote.is_remote(path_prefix):
             return remote.remote_exists(path_prefix)
-        return (os.path.isfile(get_idx_path(path_prefix))
-                and os.path.isfile(get_bin_path(path_prefix)))
+        return os.path.isfile(get_idx_path(path_prefix)) and os.path.isfile(
+            get_bin_path(path_prefix)
+        )
 
     # -- reading ----------------------------------------------------------------------
     def _position(self, idx: Any) -> int:
@@ -291,13 +346,14 @@ class IndexedDataset:
             i = operator.index(idx)
         except TypeError:
             raise TypeError(
-                f"sequence index must be an integer, got {type(idx).__name__}") from None
+                f"sequence index must be an integer, got {type(idx).__name__}"
+            ) from None
         if i < 0:
             i += self._count
         if not 0 <= i < self._count:
             raise IndexOutOfRangeError(
-                f"{self.path_prefix}: sequence index {idx} out of range for "
-                f"{self._count} sequences")
+                f"{self.path_prefix}: sequence index {idx} out of range for {self._count} sequences"
+            )
         return i
 
     def _read(self, pointer: int, count: int) -> numpy.ndarray:
@@ -306,11 +362,15 @@ class IndexedDataset:
         if tokens is None:
             self._live_index()
             size = self._bin_size
-            if misaligned or pointer < 0 or count < 0 \
-                    or (size is not None and pointer + count * self._itemsize > size):
+            if (
+                misaligned
+                or pointer < 0
+                or count < 0
+                or (size is not None and pointer + count * self._itemsize > size)
+            ):
                 raise self._bad_read(pointer, count, size)
             return self.bin_reader.read(self.dtype, count, pointer)
-        out = tokens[start:start + count]
+        out = tokens[start : start + count]
         if misaligned or pointer < 0 or out.shape[0] != count:
             raise self._bad_read(pointer, count, tokens.nbytes)
         if pointer + count * self._itemsize > self.bin_reader.guard_from:
@@ -320,10 +380,12 @@ class IndexedDataset:
     def _bad_read(self, pointer: int, count: int, size: Optional[int]) -> FormatError:
         return FormatError(
             f"{self.path_prefix}.bin: cannot read {count} tokens at byte offset {pointer} of a "
-            f"{size}-byte data file; the .idx pointers and the .bin disagree")
+            f"{size}-byte data file; the .idx pointers and the .bin disagree"
+        )
 
-    def get(self, idx: int, offset: int = 0,
-            length: Optional[int] = None) -> Union[numpy.ndarray, tuple[numpy.ndarray, Any]]:
+    def get(
+        self, idx: int, offset: int = 0, length: Optional[int] = None
+    ) -> Union[numpy.ndarray, tuple[numpy.ndarray, Any]]:
         """Tokens ``[offset, offset + length)`` of sequence ``idx`` (to its end by default).
 
         Returns an ndarray, or ``(ndarray, mode)`` for multimodal datasets.
@@ -341,15 +403,18 @@ class IndexedDataset:
         if offset < 0 or length < 0 or offset + length > size:
             raise IndexOutOfRangeError(
                 f"{self.path_prefix}: get({idx}, offset={offset}, length={length}) reads past "
-                f"sequence {i}, which has {size} tokens")
+                f"sequence {i}, which has {size} tokens"
+            )
         tokens = self._read(int(pointers[i]) + offset * self._itemsize, length)
         if self.multimodal:
             return tokens, self._live_modes()[i]
         return tokens
 
     def _negative_length(self, i: int, size: int) -> FormatError:
-        return FormatError(f"{self.path_prefix}.idx: sequence {i} has negative length {size}; "
-                           "the index file is corrupt: rebuild the .bin/.idx pair")
+        return FormatError(
+            f"{self.path_prefix}.idx: sequence {i} has negative length {size}; "
+            "the index file is corrupt: rebuild the .bin/.idx pair"
+        )
 
     def __getitem__(self, idx: Union[int, slice]) -> Any:
         """``ds[i]``: one sequence (ndarray, or ``(tokens, mode)`` when multimodal);
@@ -358,12 +423,14 @@ class IndexedDataset:
             return self._slice(idx)
         return self.get(idx)
 
-    def _slice(self, idx: slice) -> Union[list[numpy.ndarray],
-                                          tuple[list[numpy.ndarray], numpy.ndarray]]:
+    def _slice(
+        self, idx: slice
+    ) -> Union[list[numpy.ndarray], tuple[list[numpy.ndarray], numpy.ndarray]]:
         start, stop, step = idx.indices(self._count)
         if step != 1:
             raise FormatError(
-                f"{self.path_prefix}: slices must be contiguous (step 1), got step {step}")
+                f"{self.path_prefix}: slices must be contiguous (step 1), got step {step}"
+            )
         index = self._live_index()
         stop = max(start, stop)
         lengths = index.lengths[start:stop]
@@ -371,8 +438,9 @@ class IndexedDataset:
             at = start + int(numpy.argmin(lengths))
             raise self._negative_length(at, int(index.lengths[at]))
         if stop > start:
-            _check_back_to_back(self.path_prefix, index.pointers[start:stop], lengths,
-                                self._itemsize, start)
+            _check_back_to_back(
+                self.path_prefix, index.pointers[start:stop], lengths, self._itemsize, start
+            )
             flat = self._read(int(index.pointers[start]), int(lengths.sum(dtype=numpy.int64)))
             sequences: list[numpy.ndarray] = numpy.split(flat, numpy.cumsum(lengths[:-1]))
         else:
@@ -387,8 +455,10 @@ class IndexedDataset:
             yield self.get(i)
 
     def __repr__(self) -> str:
-        return (f"IndexedDataset({self.path_prefix!r}, dtype={numpy.dtype(self.dtype).name}, "
-                f"sequences={self._count}, multimodal={self.multimodal})")
+        return (
+            f"IndexedDataset({self.path_prefix!r}, dtype={numpy.dtype(self.dtype).name}, "
+            f"sequences={self._count}, multimodal={self.multimodal})"
+        )
 
 
 __all__ = ["IndexedDataset", "IndexFile", "IndexOutOfRangeError", "check_document_indices"]

@@ -15,13 +15,15 @@ Layout (all little endian)::
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple, Optional, Type
+from typing import Any, BinaryIO, Literal, NamedTuple, Optional, Union, overload
 
 import numpy
+import numpy.typing as npt
 
 from tokenloom.errors import FormatError
 from tokenloom.format.dtypes import DType
@@ -36,21 +38,28 @@ class MissingFileError(FormatError, FileNotFoundError):
     """A ``.idx`` or ``.bin`` file that was asked for does not exist."""
 
 
-def open_regular_file(path: str, what: str, buffering: int = -1):
+@overload
+def open_regular_file(path: str, what: str, buffering: Literal[0]) -> io.FileIO: ...
+@overload
+def open_regular_file(path: str, what: str, buffering: int = -1) -> BinaryIO: ...
+def open_regular_file(path: str, what: str, buffering: int = -1) -> BinaryIO:
     """Open ``path`` for binary reading; a clear FormatError when it is missing, not a
     regular file (a directory, a FIFO that would block, a device) or unreadable."""
     try:
         mode = os.stat(path).st_mode
         if not stat.S_ISREG(mode):
             kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-            raise FormatError(f"{path}: the {what} file is {kind}; point the prefix at a "
-                              "Megatron .bin/.idx pair")
+            raise FormatError(
+                f"{path}: the {what} file is {kind}; point the prefix at a Megatron .bin/.idx pair"
+            )
         return open(path, "rb", buffering=buffering)
     except FileNotFoundError:
         raise MissingFileError(f"{path}: {what} file does not exist") from None
     except OSError as error:  # permissions, a symlink loop (ELOOP), a name too long, ...
-        raise FormatError(f"{path}: cannot open the {what} file: {error.strerror or error}; "
-                          "check the path, its symlinks and its permissions") from None
+        raise FormatError(
+            f"{path}: cannot open the {what} file: {error.strerror or error}; "
+            "check the path, its symlinks and its permissions"
+        ) from None
 
 
 def get_idx_path(path_prefix: str) -> str:
@@ -70,7 +79,7 @@ class IndexHeader(NamedTuple):
     document index, which starts with 0, so it is the number of documents + 1.
     """
 
-    dtype: Type[numpy.number]
+    dtype: type[numpy.number]
     sequence_count: int
     document_count: int
 
@@ -152,8 +161,9 @@ def read_index_header(idx_path: str) -> IndexHeader:
     return unpack_header(data, idx_path)
 
 
-def detect_layout(header: IndexHeader, file_size: int, path: str,
-                  multimodal: Optional[bool]) -> IndexLayout:
+def detect_layout(
+    header: IndexHeader, file_size: int, path: str, multimodal: Optional[bool]
+) -> IndexLayout:
     """Check ``file_size`` against the header; return the layout.
 
     ``multimodal=None`` detects it from the size (modes add one byte per sequence).
@@ -181,7 +191,9 @@ def detect_layout(header: IndexHeader, file_size: int, path: str,
     return layout
 
 
-def sequence_pointers(sequence_lengths: numpy.ndarray, itemsize: int) -> numpy.ndarray:
+def sequence_pointers(
+    sequence_lengths: npt.NDArray[Any], itemsize: int
+) -> npt.NDArray[numpy.int64]:
     """Byte offset of each sequence when sequences are stored back to back."""
     lengths = numpy.asarray(sequence_lengths, dtype=numpy.int64)
     pointers = numpy.zeros(lengths.shape[0], dtype=numpy.int64)
@@ -191,26 +203,37 @@ def sequence_pointers(sequence_lengths: numpy.ndarray, itemsize: int) -> numpy.n
 
 
 def pack_index(
-    dtype,
-    sequence_lengths: numpy.ndarray,
-    document_indices: numpy.ndarray,
-    sequence_modes: Optional[numpy.ndarray] = None,
-) -> list:
+    dtype: npt.DTypeLike,
+    sequence_lengths: npt.NDArray[Any],
+    document_indices: npt.NDArray[Any],
+    sequence_modes: Optional[npt.NDArray[Any]] = None,
+) -> list[Union[bytes, npt.NDArray[Any]]]:
     """Return the chunks (bytes/arrays) of a complete ``.idx`` file, in order."""
     lengths = numpy.ascontiguousarray(sequence_lengths, dtype=numpy.int32)
     documents = numpy.ascontiguousarray(document_indices, dtype=numpy.int64)
     code = DType.code_from_dtype(dtype)
     header = _HEADER.pack(INDEX_MAGIC, INDEX_VERSION, code, lengths.shape[0], documents.shape[0])
-    chunks = [header, lengths, sequence_pointers(lengths, DType.size(code)), documents]
+    chunks: list[Union[bytes, npt.NDArray[Any]]] = [
+        header,
+        lengths,
+        sequence_pointers(lengths, DType.size(code)),
+        documents,
+    ]
     if sequence_modes is not None:
         chunks.append(numpy.ascontiguousarray(sequence_modes, dtype=numpy.int8))
     return chunks
 
 
-def write_index(handle, dtype, sequence_lengths, document_indices, sequence_modes=None) -> None:
+def write_index(
+    handle: BinaryIO,
+    dtype: npt.DTypeLike,
+    sequence_lengths: npt.NDArray[Any],
+    document_indices: npt.NDArray[Any],
+    sequence_modes: Optional[npt.NDArray[Any]] = None,
+) -> None:
     """Write a complete ``.idx`` file to an open binary ``handle``."""
     for chunk in pack_index(dtype, sequence_lengths, document_indices, sequence_modes):
-        handle.write(memoryview(chunk).cast("B") if isinstance(chunk, numpy.ndarray) else chunk)
+        handle.write(chunk.data.cast("B") if isinstance(chunk, numpy.ndarray) else chunk)
 
 
 __all__ = [

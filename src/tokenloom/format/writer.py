@@ -11,10 +11,13 @@ megatron-core's.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
-from typing import Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any, Optional, Union
 
 import numpy
+import numpy.typing as npt
 
 from tokenloom.atomic import temporary_sibling
 from tokenloom.errors import FormatError, OutputError, TokenloomError
@@ -42,14 +45,17 @@ def check_output_path(path: str, what: str) -> None:
     """FormatError up front when ``path`` cannot become a file: it is a directory, or a
     parent of it is a file (rather than at finalize, after all the work)."""
     if os.path.isdir(path):
-        raise FormatError(f"{path}: the output {what} file is an existing directory; choose "
-                          "another --output-prefix or remove the directory")
+        raise FormatError(
+            f"{path}: the output {what} file is an existing directory; choose "
+            "another --output-prefix or remove the directory"
+        )
     parent = os.path.dirname(os.path.abspath(path))
     while parent and not os.path.exists(parent):
         parent = os.path.dirname(parent) if os.path.dirname(parent) != parent else ""
     if parent and not os.path.isdir(parent):
-        raise FormatError(f"{path}: cannot create the output {what} file: {parent} is a file, "
-                          "not a directory")
+        raise FormatError(
+            f"{path}: cannot create the output {what} file: {parent} is a file, not a directory"
+        )
 
 
 class IndexedDatasetBuilder:
@@ -65,13 +71,17 @@ class IndexedDatasetBuilder:
     then ``finalize(idx_path)``.  Accepts numpy arrays, lists and torch tensors.
     """
 
-    def __init__(self, bin_path: str, dtype=numpy.int32, multimodal: bool = False) -> None:
+    def __init__(
+        self, bin_path: str, dtype: npt.DTypeLike = numpy.int32, multimodal: bool = False
+    ) -> None:
         self.bin_path = os.fspath(bin_path)
         self.dtype = normalize_dtype(dtype)
         self.multimodal = bool(multimodal)
         self._lengths = GrowableArray(numpy.int32)
         self._documents = GrowableArray(numpy.int64, [0])
-        self._modes = GrowableArray(numpy.int8) if self.multimodal else None
+        self._modes: Optional[GrowableArray[numpy.int8]] = (
+            GrowableArray(numpy.int8) if self.multimodal else None
+        )
         self._pid = os.getpid()
         check_output_path(self.bin_path, "data")
         if self.bin_path.endswith(".bin"):
@@ -79,107 +89,127 @@ class IndexedDatasetBuilder:
         try:
             self._tmp_bin: Optional[str] = temporary_sibling(self.bin_path)
         except OSError as error:
-            raise FormatError(f"{self.bin_path}: cannot create the output data file "
-                              f"({error}); check that its directory can be created and "
-                              "written") from None
+            raise FormatError(
+                f"{self.bin_path}: cannot create the output data file "
+                f"({error}); check that its directory can be created and "
+                "written"
+            ) from None
         self.data_file = open(self._tmp_bin, "wb")
 
     # -- index views ------------------------------------------------------------------
     @property
-    def sequence_lengths(self) -> numpy.ndarray:
+    def sequence_lengths(self) -> npt.NDArray[numpy.int32]:
         """Lengths of the sequences added so far (a copy)."""
-        return self._lengths.view().copy()
+        lengths: npt.NDArray[numpy.int32] = self._lengths.view().copy()
+        return lengths
 
     @property
-    def document_indices(self) -> numpy.ndarray:
+    def document_indices(self) -> npt.NDArray[numpy.int64]:
         """Document index so far, leading 0 included (a copy)."""
-        return self._documents.view().copy()
+        documents: npt.NDArray[numpy.int64] = self._documents.view().copy()
+        return documents
 
     @property
-    def sequence_modes(self) -> Optional[numpy.ndarray]:
+    def sequence_modes(self) -> Optional[npt.NDArray[numpy.int8]]:
         """Modes of the sequences added so far (a copy), None when not multimodal."""
         return None if self._modes is None else self._modes.view().copy()
 
     # -- adding data ------------------------------------------------------------------
-    def _file(self):
+    def _file(self) -> io.BufferedWriter:
         if self._tmp_bin is None:
             raise FormatError(f"{self.bin_path}: builder is already finalized or aborted")
         return self.data_file
 
-    def _write(self, data) -> None:
+    def _write(self, data: Union[bytes, memoryview]) -> None:
         try:
             self._file().write(data)
         except OSError as error:
             raise _output_error(self.bin_path, error) from None
 
-    def _tokens(self, values, what: str) -> numpy.ndarray:
+    def _tokens(self, values: object, what: str) -> npt.NDArray[Any]:
         return to_tokens(values, self.dtype, f"{self.bin_path}: {what}")
 
-    def _check_mode(self, mode) -> int:
+    def _check_mode(self, mode: int) -> int:
         mode = int(mode)
         if not -128 <= mode <= 127:
             raise FormatError(f"{self.bin_path}: sequence mode {mode} does not fit int8")
         return mode
 
-    def _modes_for(self, modes, count: int, what: str) -> Optional[numpy.ndarray]:
+    def _modes_for(self, modes: object, count: int, what: str) -> Optional[npt.NDArray[numpy.int8]]:
         if not self.multimodal:
             if modes is not None:
-                raise FormatError(f"{self.bin_path}: {what}: modes given to a builder that is not "
-                                  "multimodal; pass multimodal=True")
+                raise FormatError(
+                    f"{self.bin_path}: {what}: modes given to a builder that is not "
+                    "multimodal; pass multimodal=True"
+                )
             return None
         if modes is None:
             return numpy.zeros(count, dtype=numpy.int8)
         modes = as_numpy(modes)
         if modes.shape[0] != count:
             raise FormatError(
-                f"{self.bin_path}: {what}: {modes.shape[0]} modes for {count} sequences")
+                f"{self.bin_path}: {what}: {modes.shape[0]} modes for {count} sequences"
+            )
         check_fits(modes, numpy.int8, f"{self.bin_path}: {what}: modes")
         return modes.astype(numpy.int8)
 
-    def _check_lengths(self, lengths: numpy.ndarray, what: str) -> None:
+    def _check_lengths(self, lengths: npt.NDArray[numpy.int64], what: str) -> None:
         if lengths.size and (lengths.min() < 0 or lengths.max() > _INT32_MAX):
-            raise FormatError(f"{self.bin_path}: {what}: sequence lengths must lie in "
-                              f"0..{_INT32_MAX}, got {lengths.min()}..{lengths.max()}")
+            raise FormatError(
+                f"{self.bin_path}: {what}: sequence lengths must lie in "
+                f"0..{_INT32_MAX}, got {lengths.min()}..{lengths.max()}"
+            )
 
-    def add_item(self, tokens, mode: int = 0) -> None:
+    def add_item(self, tokens: object, mode: int = 0) -> None:
         """Append one sequence to the current document."""
         array = self._tokens(tokens, "add_item")
         if array.shape[0] > _INT32_MAX:
-            raise FormatError(f"{self.bin_path}: add_item: a sequence of {array.shape[0]} tokens "
-                              f"exceeds the int32 length field; split it")
-        mode = self._check_mode(mode) if self.multimodal else None
-        self._write(memoryview(array).cast("B"))
+            raise FormatError(
+                f"{self.bin_path}: add_item: a sequence of {array.shape[0]} tokens "
+                f"exceeds the int32 length field; split it"
+            )
+        checked = self._check_mode(mode) if self.multimodal else 0
+        self._write(array.data.cast("B"))
         self._lengths.append(array.shape[0])
         if self._modes is not None:
-            self._modes.append(mode)
+            self._modes.append(checked)
 
     def end_document(self) -> None:
         """Close the current document (the sequences added since the last call)."""
         self._file()
         self._documents.append(len(self._lengths))
 
-    def _tokens_and_lengths(self, tokens, lengths, where: str):
+    def _tokens_and_lengths(
+        self, tokens: object, lengths: object, where: str
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[numpy.int64]]:
         """Checked ``(tokens, int64 lengths)`` whose lengths add up to the token count."""
         array = self._tokens(tokens, where)
-        lengths = as_numpy(lengths).astype(numpy.int64)
-        self._check_lengths(lengths, where)
-        if int(lengths.sum()) != array.shape[0]:
-            raise FormatError(f"{self.bin_path}: {where}: lengths sum to {int(lengths.sum())} "
-                              f"but there are {array.shape[0]} tokens")
-        return array, lengths
+        counts = as_numpy(lengths).astype(numpy.int64)
+        self._check_lengths(counts, where)
+        if int(counts.sum()) != array.shape[0]:
+            raise FormatError(
+                f"{self.bin_path}: {where}: lengths sum to {int(counts.sum())} "
+                f"but there are {array.shape[0]} tokens"
+            )
+        return array, counts
 
-    def add_document(self, tokens, lengths, modes=None) -> None:
+    def add_document(self, tokens: object, lengths: object, modes: object = None) -> None:
         """Append one whole document: ``tokens`` split into sequences of ``lengths``."""
-        array, lengths = self._tokens_and_lengths(tokens, lengths, "add_document")
-        modes = self._modes_for(modes, lengths.shape[0], "add_document")
-        self._write(memoryview(array).cast("B"))
-        self._lengths.extend(lengths)
-        if self._modes is not None:
-            self._modes.extend(modes)
+        array, counts = self._tokens_and_lengths(tokens, lengths, "add_document")
+        mode_array = self._modes_for(modes, counts.shape[0], "add_document")
+        self._write(array.data.cast("B"))
+        self._lengths.extend(counts)
+        if self._modes is not None and mode_array is not None:  # both or neither
+            self._modes.extend(mode_array)
         self._documents.append(len(self._lengths))
 
-    def add_documents(self, documents, modes=None, eod_token: Optional[int] = None,
-                      chunk_size: int = 1_000_000) -> None:
+    def add_documents(
+        self,
+        documents: Any,
+        modes: object = None,
+        eod_token: Optional[int] = None,
+        chunk_size: int = 1_000_000,
+    ) -> None:
         """Append many documents, each one sequence, writing in chunks of ~``chunk_size`` tokens.
 
         ``documents`` is an iterable of 1-D token arrays/lists/tensors or a 2-D jagged
@@ -193,17 +223,23 @@ class IndexedDatasetBuilder:
             eod = self._tokens([eod_token], "add_documents: eod_token")
         all_modes = None if modes is None else as_numpy(modes)
         done = 0
-        for flat, counts in iter_flat_chunks(documents, max(int(chunk_size), 1)):
-            flat = self._tokens(flat, "add_documents")
-            chunk_modes = None if all_modes is None else all_modes[done:done + counts.shape[0]]
+        for chunk, counts in iter_flat_chunks(documents, max(int(chunk_size), 1)):
+            flat = self._tokens(chunk, "add_documents")
+            chunk_modes = None if all_modes is None else all_modes[done : done + counts.shape[0]]
             self._write_flat(flat, counts, eod, chunk_modes)
             done += counts.shape[0]
         if all_modes is not None and done != all_modes.shape[0]:
-            raise FormatError(f"{self.bin_path}: add_documents: {all_modes.shape[0]} modes for "
-                              f"{done} documents")
+            raise FormatError(
+                f"{self.bin_path}: add_documents: {all_modes.shape[0]} modes for {done} documents"
+            )
 
-    def add_flat_documents(self, tokens, lengths, modes=None,
-                           eod_token: Optional[int] = None) -> None:
+    def add_flat_documents(
+        self,
+        tokens: object,
+        lengths: object,
+        modes: object = None,
+        eod_token: Optional[int] = None,
+    ) -> None:
         """Append ``len(lengths)`` single-sequence documents cut from the flat ``tokens``.
 
         The vectorised form of :meth:`add_documents` for tokenizers that return one
@@ -215,8 +251,14 @@ class IndexedDatasetBuilder:
             eod = self._tokens([eod_token], "add_flat_documents: eod_token")
         self._write_flat(flat, counts, eod, None if modes is None else as_numpy(modes))
 
-    def _write_flat(self, flat: numpy.ndarray, counts: numpy.ndarray, eod, modes) -> None:
-        modes = self._modes_for(modes, counts.shape[0], "add_documents")
+    def _write_flat(
+        self,
+        flat: npt.NDArray[Any],
+        counts: npt.NDArray[numpy.int64],
+        eod: Optional[npt.NDArray[Any]],
+        modes: Optional[npt.NDArray[Any]],
+    ) -> None:
+        mode_array = self._modes_for(modes, counts.shape[0], "add_documents")
         if eod is not None:
             ends = numpy.cumsum(counts + 1) - 1
             out = numpy.empty(flat.shape[0] + counts.shape[0], dtype=self.dtype)
@@ -226,15 +268,14 @@ class IndexedDatasetBuilder:
             out[ends] = eod[0]
             flat, counts = out, counts + 1
         self._check_lengths(counts, "add_documents")
-        self._write(memoryview(numpy.ascontiguousarray(flat)).cast("B"))
+        self._write(numpy.ascontiguousarray(flat).data.cast("B"))
         first = len(self._lengths)
         self._lengths.extend(counts)
-        if self._modes is not None:
-            self._modes.extend(modes)
+        if self._modes is not None and mode_array is not None:  # both or neither
+            self._modes.extend(mode_array)
         self._documents.extend(numpy.arange(first + 1, first + counts.shape[0] + 1))
 
-    def add_index(self, path_prefix: str,
-                  progress: Optional[Callable[[int], None]] = None) -> None:
+    def add_index(self, path_prefix: str, progress: Optional[Callable[[int], None]] = None) -> None:
         """Append every document of the pair at ``path_prefix`` (same dtype and modality).
 
         ``progress(nbytes)`` is called as the ``.bin`` is copied.
@@ -245,7 +286,7 @@ class IndexedDatasetBuilder:
             offset = len(self._lengths)
             self._lengths.extend(index.lengths)
             self._documents.extend(offset + index.documents[1:])
-            if self._modes is not None and index.header.sequence_count:
+            if self._modes is not None and index.header.sequence_count and index.modes is not None:
                 # an empty pair opens as not multimodal (its size cannot show the modes)
                 self._modes.extend(index.modes)
         finally:
@@ -255,12 +296,16 @@ class IndexedDatasetBuilder:
     def _check_mergeable(self, index: IndexFile, path_prefix: str) -> int:
         theirs = numpy.dtype(index.header.dtype)
         if theirs != numpy.dtype(self.dtype):
-            raise FormatError(f"{index.path}: cannot merge: its tokens are {theirs.name}, "
-                              f"the builder writes {numpy.dtype(self.dtype).name}")
+            raise FormatError(
+                f"{index.path}: cannot merge: its tokens are {theirs.name}, "
+                f"the builder writes {numpy.dtype(self.dtype).name}"
+            )
         if index.header.sequence_count and index.multimodal != self.multimodal:
             kind = "multimodal" if index.multimodal else "not multimodal"
-            raise FormatError(f"{index.path}: cannot merge: the dataset is {kind} but the builder "
-                              f"has multimodal={self.multimodal}")
+            raise FormatError(
+                f"{index.path}: cannot merge: the dataset is {kind} but the builder "
+                f"has multimodal={self.multimodal}"
+            )
         itemsize = theirs.itemsize
         expected = sequence_pointers(index.lengths, itemsize)
         if not numpy.array_equal(expected, index.pointers):
@@ -272,11 +317,14 @@ class IndexedDatasetBuilder:
         except FileNotFoundError:
             raise MissingFileError(f"{bin_path}: data file does not exist") from None
         if size != nbytes:
-            raise FormatError(f"{bin_path}: cannot merge: data file is {size} bytes, its index "
-                              f"describes {nbytes}")
+            raise FormatError(
+                f"{bin_path}: cannot merge: data file is {size} bytes, its index describes {nbytes}"
+            )
         return nbytes
 
-    def _copy_bin(self, bin_path: str, nbytes: int, progress) -> None:
+    def _copy_bin(
+        self, bin_path: str, nbytes: int, progress: Optional[Callable[[int], None]]
+    ) -> None:
         self._file()
         with open(bin_path, "rb") as source:
             left = nbytes
@@ -290,8 +338,12 @@ class IndexedDatasetBuilder:
                     progress(len(chunk))
 
     # -- finishing ----------------------------------------------------------------------
-    def finalize(self, idx_path: str, extra_files: Optional[Mapping[str, bytes]] = None,
-                 lock_timeout: Optional[float] = None) -> None:
+    def finalize(
+        self,
+        idx_path: str,
+        extra_files: Optional[Mapping[str, bytes]] = None,
+        lock_timeout: Optional[float] = None,
+    ) -> None:
         """Write the ``.idx`` and publish the pair (and ``extra_files``) as one change.
 
         ``extra_files`` maps a suffix to bytes, e.g. ``{".json": provenance}``, written to
@@ -306,10 +358,11 @@ class IndexedDatasetBuilder:
         if int(self._documents.last()) != count:
             raise FormatError(
                 f"{self.bin_path}: {count - int(self._documents.last())} sequence(s) were added "
-                "after the last end_document(); call end_document() before finalize()")
+                "after the last end_document(); call end_document() before finalize()"
+            )
         prefix = idx_path[:-4] if idx_path.endswith(".idx") else idx_path
         check_output_path(idx_path, "index")
-        moves = []
+        moves: list[tuple[str, str]] = []
         try:
             try:
                 data_file.flush()
@@ -330,8 +383,13 @@ class IndexedDatasetBuilder:
         tmp_idx = temporary_sibling(idx_path)
         try:
             with open(tmp_idx, "wb") as handle:
-                write_index(handle, self.dtype, self._lengths.view(), self._documents.view(),
-                            None if self._modes is None else self._modes.view())
+                write_index(
+                    handle,
+                    self.dtype,
+                    self._lengths.view(),
+                    self._documents.view(),
+                    None if self._modes is None else self._modes.view(),
+                )
                 handle.flush()
                 os.fsync(handle.fileno())
         except BaseException as error:
@@ -351,10 +409,10 @@ class IndexedDatasetBuilder:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
 
-    def __enter__(self) -> "IndexedDatasetBuilder":
+    def __enter__(self) -> IndexedDatasetBuilder:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Leaving the block without ``finalize`` (or on an error) discards the data."""
         self.abort()
 

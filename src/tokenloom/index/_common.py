@@ -76,9 +76,7 @@ def sample_index_plan(
         )
     drop_last = bool(arguments.as_flag(drop_last_partial_sequence, "drop_last_partial_sequence"))
     extra = arguments.as_flag(add_extra_token_to_sequence, "add_extra_token_to_sequence")
-    sizes, documents = arguments.sample_index_inputs(
-        sequence_lengths, document_index, check_values
-    )
+    sizes, documents = arguments.sample_index_inputs(sequence_lengths, document_index, check_values)
     total_tokens = num_epochs * tokens_per_epoch
     num_samples = count_samples(total_tokens, sequence_length, extra, drop_last)
     largest = max(documents.size, int(sizes.max()))
@@ -97,9 +95,7 @@ def document_index_inputs(
             "numpy_random_state must be a numpy.random.RandomState (megatron-core's "
             f"generator), got {type(numpy_random_state).__name__}"
         )
-    if documents.size and (
-        int(documents.min()) < 0 or int(documents.max()) > _INT32_MAX
-    ):
+    if documents.size and (int(documents.min()) < 0 or int(documents.max()) > _INT32_MAX):
         raise ConfigError(
             f"documents must hold ids in [0, {_INT32_MAX}], got "
             f"[{int(documents.min())}, {int(documents.max())}]"
@@ -114,9 +110,7 @@ def shuffle_index_inputs(
     num_samples = arguments.as_int(num_samples, "num_samples", minimum=0)
     total_size = arguments.as_int(total_size, "total_size", minimum=0)
     if num_samples > total_size:
-        raise ConfigError(
-            f"num_samples ({num_samples}) must not exceed total_size ({total_size})"
-        )
+        raise ConfigError(f"num_samples ({num_samples}) must not exceed total_size ({total_size})")
     if not isinstance(numpy_random_state, numpy.random.RandomState):
         raise ConfigError(
             "numpy_random_state must be a numpy.random.RandomState, got "

@@ -49,8 +49,10 @@ def int_array(values: Any, name: str) -> numpy.ndarray:
         return array
     if array.size == 0:
         return array.astype(numpy.int64)
-    if array.dtype.kind == "f" and numpy.all(numpy.isfinite(array)) and numpy.all(
-        array == numpy.floor(array)
+    if (
+        array.dtype.kind == "f"
+        and numpy.all(numpy.isfinite(array))
+        and numpy.all(array == numpy.floor(array))
     ):
         return array.astype(numpy.int64)
     raise ConfigError(f"{name} must hold integers, got dtype {array.dtype}")
@@ -148,6 +150,5 @@ def bad_document(sizes: numpy.ndarray, documents: numpy.ndarray, position: int) 
             "documents of sequence_lengths"
         )
     return ConfigError(
-        f"sequence_lengths holds a negative length {int(sizes[document])} "
-        f"(document {document})"
+        f"sequence_lengths holds a negative length {int(sizes[document])} (document {document})"
     )

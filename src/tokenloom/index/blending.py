@@ -15,8 +15,11 @@ import numpy
 from tokenloom.index import arguments, dispatch, reference
 from tokenloom.kernels import KERNELS
 
-__all__ = ["build_blending_indices", "build_blending_indices_numpy",
-           "build_exhaustive_blending_indices"]
+__all__ = [
+    "build_blending_indices",
+    "build_blending_indices_numpy",
+    "build_exhaustive_blending_indices",
+]
 
 
 def build_blending_indices(weights: Any, size: int) -> tuple[numpy.ndarray, numpy.ndarray]:
@@ -49,8 +52,7 @@ def build_blending_indices(weights: Any, size: int) -> tuple[numpy.ndarray, nump
     if route == dispatch.SCAN:
         kernels.blend_scan(weights, dataset_index, dataset_sample_index)
     else:
-        kernels.run(weights, numpy.empty(0, dtype=numpy.int64), dataset_index,
-                    dataset_sample_index)
+        kernels.run(weights, numpy.empty(0, dtype=numpy.int64), dataset_index, dataset_sample_index)
     return dataset_index, dataset_sample_index
 
 
@@ -75,8 +77,10 @@ def _numpy_blend(weights: numpy.ndarray, size: int) -> tuple[numpy.ndarray, nump
         winners.append(winner)
         taken.append(counts[winner])
         counts[winner] += 1.0
-    return (numpy.array(winners, dtype=numpy.int16).reshape(-1),
-            numpy.array(taken, dtype=numpy.int64).reshape(-1))
+    return (
+        numpy.array(winners, dtype=numpy.int16).reshape(-1),
+        numpy.array(taken, dtype=numpy.int64).reshape(-1),
+    )
 
 
 def build_exhaustive_blending_indices(sizes: Any) -> tuple[numpy.ndarray, numpy.ndarray]:

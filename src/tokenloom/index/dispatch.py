@@ -34,14 +34,32 @@ from typing import Any
 
 import numpy
 
-__all__ = ["BLEND_NUMPY_MAX_WORK", "BLEND_SCAN_BELOW", "FAST", "KERNEL", "NUMPY",
-           "REFERENCE", "SAMPLE_VECTORIZED_MAX_DOCUMENTS", "SCAN", "SHUFFLE_KERNEL_MIN_SIZE",
-           "VECTORIZED", "blending_route", "exhaustive_route", "sample_index_route",
-           "shuffle_route"]
+__all__ = [
+    "BLEND_NUMPY_MAX_WORK",
+    "BLEND_SCAN_BELOW",
+    "FAST",
+    "KERNEL",
+    "NUMPY",
+    "REFERENCE",
+    "SAMPLE_VECTORIZED_MAX_DOCUMENTS",
+    "SCAN",
+    "SHUFFLE_KERNEL_MIN_SIZE",
+    "VECTORIZED",
+    "blending_route",
+    "exhaustive_route",
+    "sample_index_route",
+    "shuffle_route",
+]
 
 #: implementation names
 NUMPY, REFERENCE, VECTORIZED, SCAN, FAST, KERNEL = (
-    "numpy", "reference", "vectorized", "scan", "fast", "kernel")
+    "numpy",
+    "reference",
+    "vectorized",
+    "scan",
+    "fast",
+    "kernel",
+)
 
 BLEND_NUMPY_MAX_WORK = 25_000_000
 """Blends with ``size * (datasets + 750)`` up to this are built by the numpy scan

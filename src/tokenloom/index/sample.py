@@ -86,9 +86,15 @@ def build_sample_index_vectorized(
     document's end minus ``extra`` (and so does every sample that megatron-core's float32
     count adds beyond the exact count, which repeat that end). O(samples + documents) memory: for short indices.
     """
-    plan = sample_index_plan(sequence_lengths, document_index, sequence_length, num_epochs,
-                             tokens_per_epoch, drop_last_partial_sequence,
-                             add_extra_token_to_sequence)
+    plan = sample_index_plan(
+        sequence_lengths,
+        document_index,
+        sequence_length,
+        num_epochs,
+        tokens_per_epoch,
+        drop_last_partial_sequence,
+        add_extra_token_to_sequence,
+    )
     lengths = plan.sizes[plan.documents].astype(numpy.int64)
     ends = numpy.cumsum(lengths)
     total = int(ends[-1]) if ends.size else 0

@@ -64,4 +64,3 @@ def legacy_shuffle(random_state: numpy.random.RandomState, x: Any) -> None:
     fast.shuffle(x.view(numpy.dtype(f"u{x.dtype.itemsize}")), key, pos, fast.BLOCK)
     state["state"] = {"key": key, "pos": int(pos[0])}
     random_state.set_state(state)  # has_gauss and gauss go back unchanged
-

@@ -44,13 +44,16 @@ def sample_position(idx: Any, count: int, what: str = "samples") -> int:
     if k < 0:
         k += count
     if not 0 <= k < count:
-        raise SampleIndexError(f"sample index {idx} out of range for {count} {what}: give an "
-                               f"integer in [{-count}, {count}) or None (a padding sample)")
+        raise SampleIndexError(
+            f"sample index {idx} out of range for {count} {what}: give an "
+            f"integer in [{-count}, {count}) or None (a padding sample)"
+        )
     return k
 
 
-def sample_rows(indices: Sequence[Optional[int]], count: int,
-                what: str = "samples") -> numpy.ndarray:
+def sample_rows(
+    indices: Sequence[Optional[int]], count: int, what: str = "samples"
+) -> numpy.ndarray:
     """Positions of ``indices`` in ``[0, count)`` as int64, ``-1`` for ``None``
     (a padding sample); same errors as :func:`sample_position`."""
     rows = numpy.empty(len(indices), dtype=numpy.int64)
@@ -67,15 +70,18 @@ def sample_rows(indices: Sequence[Optional[int]], count: int,
 def _fail(where: str, array: str, position: int, value: Any, rule: str) -> CacheError:
     return CacheError(
         f"{where}: {array}[{position}] = {value} {rule}; the index cache does not belong "
-        "to this dataset or is corrupt: delete it (it is rebuilt) or rebuild the cache")
+        "to this dataset or is corrupt: delete it (it is rebuilt) or rebuild the cache"
+    )
 
 
 def _int_array(where: str, name: str, values: Any, ndim: int) -> numpy.ndarray:
     array: numpy.ndarray = numpy.asarray(values)
     if array.ndim != ndim or array.dtype.kind not in "iu" or (ndim == 2 and array.shape[1] != 2):
-        raise CacheError(f"{where}: {name} has dtype {array.dtype} and shape {array.shape}; "
-                         f"expected {'[n, 2]' if ndim == 2 else '1-D'} integers: delete the "
-                         "index cache (it is rebuilt)")
+        raise CacheError(
+            f"{where}: {name} has dtype {array.dtype} and shape {array.shape}; "
+            f"expected {'[n, 2]' if ndim == 2 else '1-D'} integers: delete the "
+            "index cache (it is rebuilt)"
+        )
     return array
 
 
@@ -89,9 +95,16 @@ def _check_range(where: str, name: str, array: numpy.ndarray, high: int, rule: s
         raise _fail(where, name, position, low if low < 0 else top, rule)
 
 
-def check_gpt_indices(document_index: Any, sample_index: Any, shuffle_index: Any,
-                      sequence_lengths: Any, sequence_length: int, extra: int,
-                      num_samples: int, where: str) -> None:
+def check_gpt_indices(
+    document_index: Any,
+    sample_index: Any,
+    shuffle_index: Any,
+    sequence_lengths: Any,
+    sequence_length: int,
+    extra: int,
+    num_samples: int,
+    where: str,
+) -> None:
     """Check a GPT dataset's three indices against its documents.
 
     Args:
@@ -111,54 +124,88 @@ def check_gpt_indices(document_index: Any, sample_index: Any, shuffle_index: Any
     lengths = numpy.asarray(sequence_lengths)
     if shuffle.shape[0] != num_samples or max(samples.shape[0], 1) != num_samples + 1:
         # every sample of sample_index is shuffled exactly once (megatron-core's invariant)
-        raise CacheError(f"{where}: shuffle_index holds {shuffle.shape[0]} samples and "
-                         f"sample_index {samples.shape[0]} rows, but the dataset has "
-                         f"{num_samples} samples: delete the index cache (it is rebuilt)")
-    _check_range(where, "document_index", documents, lengths.shape[0],
-                 f"is not one of the {lengths.shape[0]} documents")
-    _check_range(where, "shuffle_index", shuffle, samples.shape[0] - 1,
-                 f"is not one of the {samples.shape[0] - 1} rows of sample_index")
+        raise CacheError(
+            f"{where}: shuffle_index holds {shuffle.shape[0]} samples and "
+            f"sample_index {samples.shape[0]} rows, but the dataset has "
+            f"{num_samples} samples: delete the index cache (it is rebuilt)"
+        )
+    _check_range(
+        where,
+        "document_index",
+        documents,
+        lengths.shape[0],
+        f"is not one of the {lengths.shape[0]} documents",
+    )
+    _check_range(
+        where,
+        "shuffle_index",
+        shuffle,
+        samples.shape[0] - 1,
+        f"is not one of the {samples.shape[0] - 1} rows of sample_index",
+    )
     if samples.shape[0]:
         _check_sample_rows(where, samples, documents, lengths, sequence_length, extra)
 
 
-def _check_sample_rows(where: str, samples: numpy.ndarray, documents: numpy.ndarray,
-                       lengths: numpy.ndarray, sequence_length: int, extra: int) -> None:
+def _check_sample_rows(
+    where: str,
+    samples: numpy.ndarray,
+    documents: numpy.ndarray,
+    lengths: numpy.ndarray,
+    sequence_length: int,
+    extra: int,
+) -> None:
     """Rows in order, inside their documents, ``sequence_length`` tokens apart."""
     positions = samples[:, 0].astype(numpy.int64)
     offsets = samples[:, 1].astype(numpy.int64)
-    _check_range(where, "sample_index[:, 0]", positions, documents.shape[0],
-                 f"is not a position of the {documents.shape[0]}-entry document_index")
+    _check_range(
+        where,
+        "sample_index[:, 0]",
+        positions,
+        documents.shape[0],
+        f"is not a position of the {documents.shape[0]}-entry document_index",
+    )
     step = numpy.diff(positions)
     backwards = numpy.flatnonzero((step < 0) | ((step == 0) & (numpy.diff(offsets) < 0)))
     if backwards.size:
         row = int(backwards[0]) + 1
-        raise _fail(where, "sample_index", row, samples[row].tolist(),
-                    "comes before the row above it")
+        raise _fail(
+            where, "sample_index", row, samples[row].tolist(), "comes before the row above it"
+        )
     room = lengths[documents[positions]].astype(numpy.int64) - offsets
     room[1:] -= extra  # a sample reads ``extra`` tokens past the row where it ends
     outside = numpy.flatnonzero((offsets < 0) | (room < 0))
     if outside.size:
         row = int(outside[0])
-        raise _fail(where, "sample_index", row, samples[row].tolist(),
-                    "points outside its document")
+        raise _fail(
+            where, "sample_index", row, samples[row].tolist(), "points outside its document"
+        )
     tokens = numpy.diff(_stream_positions(positions, offsets, lengths, documents))
     wrong = numpy.flatnonzero(tokens > sequence_length)
     short = numpy.flatnonzero(tokens < sequence_length)
     if short.size:  # only the end may be short: one partial sample, then (megatron's
         first = int(short[0])  # float32 overcount) empty ones repeating its end
-        wrong = numpy.union1d(wrong, numpy.flatnonzero(tokens[first + 1:]) + first + 1)
+        wrong = numpy.union1d(wrong, numpy.flatnonzero(tokens[first + 1 :]) + first + 1)
     if wrong.size:
         row = int(wrong[0])
-        raise _fail(where, "sample_index", row + 1, samples[row + 1].tolist(),
-                    f"ends a sample of {int(tokens[row])} tokens, not {sequence_length}")
+        raise _fail(
+            where,
+            "sample_index",
+            row + 1,
+            samples[row + 1].tolist(),
+            f"ends a sample of {int(tokens[row])} tokens, not {sequence_length}",
+        )
 
 
 _CHUNK = 1 << 22
 
 
-def _stream_positions(positions: numpy.ndarray, offsets: numpy.ndarray, lengths: numpy.ndarray,
-                      documents: numpy.ndarray) -> numpy.ndarray:
+def _stream_positions(
+    positions: numpy.ndarray,
+    offsets: numpy.ndarray,
+    lengths: numpy.ndarray,
+    documents: numpy.ndarray,
+) -> numpy.ndarray:
     """Token position of every row in the concatenated documents (``positions`` sorted),
     by a running sum over chunks of the document index (bounded memory)."""
     out = numpy.empty(positions.shape[0], dtype=numpy.int64)
@@ -173,22 +220,39 @@ def _stream_positions(positions: numpy.ndarray, offsets: numpy.ndarray, lengths:
         carry += int(starts[-1])
     return out
 
-def check_blended_indices(dataset_index: Any, dataset_sample_index: Any,
-                          dataset_lengths: Sequence[int], size: int, where: str) -> None:
+
+def check_blended_indices(
+    dataset_index: Any,
+    dataset_sample_index: Any,
+    dataset_lengths: Sequence[int],
+    size: int,
+    where: str,
+) -> None:
     """``dataset_index`` names one of the datasets, ``dataset_sample_index`` one of its
     samples, and both hold ``size`` entries; raises CacheError otherwise."""
     ids = _int_array(where, "dataset_index", dataset_index, 1)
     rows = _int_array(where, "dataset_sample_index", dataset_sample_index, 1)
     if ids.shape[0] != size or rows.shape[0] != size:
-        raise CacheError(f"{where}: the indices hold {ids.shape[0]} and {rows.shape[0]} "
-                         f"entries, but the blend has {size}: delete the index cache")
+        raise CacheError(
+            f"{where}: the indices hold {ids.shape[0]} and {rows.shape[0]} "
+            f"entries, but the blend has {size}: delete the index cache"
+        )
     lengths = numpy.asarray(dataset_lengths, dtype=numpy.int64)
-    _check_range(where, "dataset_index", ids, lengths.shape[0],
-                 f"is not one of the {lengths.shape[0]} blended datasets")
+    _check_range(
+        where,
+        "dataset_index",
+        ids,
+        lengths.shape[0],
+        f"is not one of the {lengths.shape[0]} blended datasets",
+    )
     if size:
         beyond = numpy.flatnonzero((rows < 0) | (rows >= lengths[ids]))
         if beyond.size:
             k = int(beyond[0])
-            raise _fail(where, "dataset_sample_index", k, int(rows[k]),
-                        f"is not one of the {int(lengths[ids[k]])} samples of dataset "
-                        f"{int(ids[k])}")
+            raise _fail(
+                where,
+                "dataset_sample_index",
+                k,
+                int(rows[k]),
+                f"is not one of the {int(lengths[ids[k]])} samples of dataset {int(ids[k])}",
+            )

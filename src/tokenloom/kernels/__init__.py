@@ -43,8 +43,16 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Optional
 
-__all__ = ["DISABLE_ENV", "KERNEL_MODULES", "KERNELS", "KernelLoader", "cache_locations",
-           "compiled_entry", "numba_disabled", "read_only"]
+__all__ = [
+    "DISABLE_ENV",
+    "KERNEL_MODULES",
+    "KERNELS",
+    "KernelLoader",
+    "cache_locations",
+    "compiled_entry",
+    "numba_disabled",
+    "read_only",
+]
 
 DISABLE_ENV = "TOKENLOOM_DISABLE_NUMBA"
 """Environment variable: set to ``1`` to run the readable reference kernels."""
@@ -128,7 +136,9 @@ class KernelLoader:
                 f"tokenloom: numba kernels unavailable ({reason}); using the readable "
                 f"reference kernels (same results, slower). Install numba, or set "
                 f"{DISABLE_ENV}=1 to choose the reference path and silence this warning",
-                RuntimeWarning, stacklevel=5)
+                RuntimeWarning,
+                stacklevel=5,
+            )
 
     def clear(self) -> None:
         """Forget loaded modules and a failed numba import (the next ``get`` retries)."""
@@ -148,7 +158,8 @@ class KernelLoader:
                 self._queue.append(task)
                 if self._thread is None:
                     self._thread = threading.Thread(
-                        target=self._drain, name="tokenloom-kernel-loader", daemon=True)
+                        target=self._drain, name="tokenloom-kernel-loader", daemon=True
+                    )
                     self._thread.start()
                 return
         _run_task(task)

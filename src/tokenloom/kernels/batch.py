@@ -29,22 +29,34 @@ def _copy(tokens: numpy.ndarray, start: int, count: int, dst: numpy.ndarray, at:
     high = min(count, dst.shape[0] - at)
     if high > low:
         src = tokens[start + low : start + high]  # a loop over two slices: measured ~1.3x
-        out = dst[at + low : at + high]           # faster than numba's slice assignment
+        out = dst[at + low : at + high]  # faster than numba's slice assignment
         for i in range(high - low):
             out[i] = src[i]
 
 
 @njit(cache=True, nogil=True)
-def _bad_document(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, lengths: numpy.ndarray, doc: int) -> Any:
+def _bad_document(
+    tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, lengths: numpy.ndarray, doc: int
+) -> Any:
     """Whether document ``doc``'s pointer is negative, misaligned or its tokens run past
     the end of ``tokens`` (a corrupt ``.idx``: the caller raises FormatError)."""
     pointer = numpy.int64(pointers[doc])
-    return (pointer < 0 or pointer % itemsize != 0
-            or pointer // itemsize + numpy.int64(lengths[doc]) > tokens.shape[0])
+    return (
+        pointer < 0
+        or pointer % itemsize != 0
+        or pointer // itemsize + numpy.int64(lengths[doc]) > tokens.shape[0]
+    )
 
 
 @njit(cache=True, nogil=True)
-def _span(lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray, j: int, extra: int, position: int) -> tuple[int, int, int]:
+def _span(
+    lengths: numpy.ndarray,
+    document_index: numpy.ndarray,
+    sample_index: numpy.ndarray,
+    j: int,
+    extra: int,
+    position: int,
+) -> tuple[int, int, int]:
     """``(doc, offset, count)``: sample ``j`` takes ``count`` tokens of document ``doc``
     (at ``document_index[position]``) from token ``offset``."""
     doc = document_index[position]
@@ -57,7 +69,16 @@ def _span(lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: n
 
 
 @njit(cache=True, nogil=True)
-def _prefetch_parts(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray, j: int, extra: int) -> Any:
+def _prefetch_parts(
+    tokens: numpy.ndarray,
+    pointers: numpy.ndarray,
+    itemsize: int,
+    lengths: numpy.ndarray,
+    document_index: numpy.ndarray,
+    sample_index: numpy.ndarray,
+    j: int,
+    extra: int,
+) -> Any:
     """Check every document of sample ``j`` (``-1 - doc`` for the first bad one, else 0)
     and prefetch every cache line of its parts: random samples live in DRAM, and the
     prefetches let all their lines load in parallel, before the copy needs them."""
@@ -73,8 +94,19 @@ def _prefetch_parts(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: in
 
 
 @njit(cache=True, nogil=True)
-def _copy_parts(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray, j: int, extra: int,
-                pad: int, out_tokens: numpy.ndarray, out_labels: numpy.ndarray) -> Any:
+def _copy_parts(
+    tokens: numpy.ndarray,
+    pointers: numpy.ndarray,
+    itemsize: int,
+    lengths: numpy.ndarray,
+    document_index: numpy.ndarray,
+    sample_index: numpy.ndarray,
+    j: int,
+    extra: int,
+    pad: int,
+    out_tokens: numpy.ndarray,
+    out_labels: numpy.ndarray,
+) -> Any:
     """Write sample ``j``'s tokens and labels (documents already checked); return how
     many tokens came from data."""
     seq = out_tokens.shape[0]
@@ -96,21 +128,54 @@ def _copy_parts(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, l
 
 
 @njit(cache=True, nogil=True)
-def _gather(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray, j: int, extra: int,
-            pad: int, out_tokens: numpy.ndarray, out_labels: numpy.ndarray) -> Any:
+def _gather(
+    tokens: numpy.ndarray,
+    pointers: numpy.ndarray,
+    itemsize: int,
+    lengths: numpy.ndarray,
+    document_index: numpy.ndarray,
+    sample_index: numpy.ndarray,
+    j: int,
+    extra: int,
+    pad: int,
+    out_tokens: numpy.ndarray,
+    out_labels: numpy.ndarray,
+) -> Any:
     """Write sample ``j``'s tokens and labels; return how many tokens came from data
     (``-1 - doc`` when document ``doc`` lies outside the ``.bin``)."""
-    bad = _prefetch_parts(tokens, pointers, itemsize, lengths, document_index, sample_index, j,
-                          extra)
+    bad = _prefetch_parts(
+        tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra
+    )
     if bad < 0:
         return bad
-    return _copy_parts(tokens, pointers, itemsize, lengths, document_index, sample_index, j,
-                       extra, pad, out_tokens, out_labels)
+    return _copy_parts(
+        tokens,
+        pointers,
+        itemsize,
+        lengths,
+        document_index,
+        sample_index,
+        j,
+        extra,
+        pad,
+        out_tokens,
+        out_labels,
+    )
 
 
 @njit(cache=True, nogil=True)
-def gather_text(tokens: numpy.ndarray, pointers: numpy.ndarray, itemsize: int, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray, j: int, extra: int,
-                pad: int, out: numpy.ndarray) -> Any:
+def gather_text(
+    tokens: numpy.ndarray,
+    pointers: numpy.ndarray,
+    itemsize: int,
+    lengths: numpy.ndarray,
+    document_index: numpy.ndarray,
+    sample_index: numpy.ndarray,
+    j: int,
+    extra: int,
+    pad: int,
+    out: numpy.ndarray,
+) -> Any:
     """The ``seq + extra`` tokens of sample ``j`` into ``out`` (int64, pad after the
     data); returns how many came from data (``-1 - doc`` when document ``doc`` lies
     outside the ``.bin``)."""
@@ -143,8 +208,17 @@ def _init_masks(out_loss: numpy.ndarray, out_positions: numpy.ndarray) -> None:
 
 
 @njit(cache=True, nogil=True)
-def _rules(eod: int, pad: int, check_pad: bool, reset_position_ids: bool, eod_mask_loss: bool, out_tokens: numpy.ndarray, out_labels: numpy.ndarray,
-           out_loss: numpy.ndarray, out_positions: numpy.ndarray) -> None:
+def _rules(
+    eod: int,
+    pad: int,
+    check_pad: bool,
+    reset_position_ids: bool,
+    eod_mask_loss: bool,
+    out_tokens: numpy.ndarray,
+    out_labels: numpy.ndarray,
+    out_loss: numpy.ndarray,
+    out_positions: numpy.ndarray,
+) -> None:
     """Apply the optional rules to one row whose masks were initialised."""
     seq = out_tokens.shape[0]
     if eod_mask_loss:
@@ -167,17 +241,47 @@ def _rules(eod: int, pad: int, check_pad: bool, reset_position_ids: bool, eod_ma
 
 
 @njit(cache=True, nogil=True)
-def _finish(eod: int, pad: int, check_pad: bool, reset_position_ids: bool, eod_mask_loss: bool, out_tokens: numpy.ndarray, out_labels: numpy.ndarray,
-            out_loss: numpy.ndarray, out_positions: numpy.ndarray) -> None:
+def _finish(
+    eod: int,
+    pad: int,
+    check_pad: bool,
+    reset_position_ids: bool,
+    eod_mask_loss: bool,
+    out_tokens: numpy.ndarray,
+    out_labels: numpy.ndarray,
+    out_loss: numpy.ndarray,
+    out_positions: numpy.ndarray,
+) -> None:
     """Fill ``loss_mask``/``position_ids`` and apply the optional rules to one row."""
     _init_masks(out_loss, out_positions)
-    _rules(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens, out_labels,
-           out_loss, out_positions)
+    _rules(
+        eod,
+        pad,
+        check_pad,
+        reset_position_ids,
+        eod_mask_loss,
+        out_tokens,
+        out_labels,
+        out_loss,
+        out_positions,
+    )
 
 
 @njit(cache=True, nogil=True)
-def fill_sample(tokens: numpy.ndarray, pointers: numpy.ndarray, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray, shuffle_index: numpy.ndarray, k: int,
-                params: numpy.ndarray, out_tokens: numpy.ndarray, out_labels: numpy.ndarray, out_loss: numpy.ndarray, out_positions: numpy.ndarray) -> Any:
+def fill_sample(
+    tokens: numpy.ndarray,
+    pointers: numpy.ndarray,
+    lengths: numpy.ndarray,
+    document_index: numpy.ndarray,
+    sample_index: numpy.ndarray,
+    shuffle_index: numpy.ndarray,
+    k: int,
+    params: numpy.ndarray,
+    out_tokens: numpy.ndarray,
+    out_labels: numpy.ndarray,
+    out_loss: numpy.ndarray,
+    out_positions: numpy.ndarray,
+) -> Any:
     """One sample (``GPTDataset.__getitem__``'s fast path): sample ``k`` (row
     ``shuffle_index[k]`` of the sample index) into the four ``out_*`` arrays.
     ``params`` is int64 ``[itemsize, extra, pad, eod, pad_in_data, reset_position_ids,
@@ -185,23 +289,56 @@ def fill_sample(tokens: numpy.ndarray, pointers: numpy.ndarray, lengths: numpy.n
     ``-1 - doc`` for a document outside the ``.bin``."""
     j = numpy.int64(shuffle_index[k])
     itemsize, extra, pad = params[0], params[1], params[2]
-    bad = _prefetch_parts(tokens, pointers, itemsize, lengths, document_index, sample_index, j,
-                          extra)
+    bad = _prefetch_parts(
+        tokens, pointers, itemsize, lengths, document_index, sample_index, j, extra
+    )
     if bad < 0:
         return bad
     _init_masks(out_loss, out_positions)  # needs no token: runs while the lines arrive
-    filled = _copy_parts(tokens, pointers, itemsize, lengths, document_index, sample_index, j,
-                         extra, pad, out_tokens, out_labels)
+    filled = _copy_parts(
+        tokens,
+        pointers,
+        itemsize,
+        lengths,
+        document_index,
+        sample_index,
+        j,
+        extra,
+        pad,
+        out_tokens,
+        out_labels,
+    )
     check_pad = params[4] != 0 or extra == 0 or filled < out_tokens.shape[0] + extra
-    _rules(params[3], pad, check_pad, params[5] != 0, params[6] != 0, out_tokens, out_labels,
-           out_loss, out_positions)
+    _rules(
+        params[3],
+        pad,
+        check_pad,
+        params[5] != 0,
+        params[6] != 0,
+        out_tokens,
+        out_labels,
+        out_loss,
+        out_positions,
+    )
     return numpy.int64(0)
 
 
 @njit(cache=True, nogil=True)
-def fill_batch(tokens: numpy.ndarray, pointers: numpy.ndarray, lengths: numpy.ndarray, document_index: numpy.ndarray, sample_index: numpy.ndarray,
-               shuffle_index: numpy.ndarray, rows: numpy.ndarray, dest: numpy.ndarray, params: numpy.ndarray, out_tokens: numpy.ndarray,
-               out_labels: numpy.ndarray, out_loss: numpy.ndarray, out_positions: numpy.ndarray) -> Any:
+def fill_batch(
+    tokens: numpy.ndarray,
+    pointers: numpy.ndarray,
+    lengths: numpy.ndarray,
+    document_index: numpy.ndarray,
+    sample_index: numpy.ndarray,
+    shuffle_index: numpy.ndarray,
+    rows: numpy.ndarray,
+    dest: numpy.ndarray,
+    params: numpy.ndarray,
+    out_tokens: numpy.ndarray,
+    out_labels: numpy.ndarray,
+    out_loss: numpy.ndarray,
+    out_positions: numpy.ndarray,
+) -> Any:
     """Fill row ``dest[i]`` of every ``out_*`` with sample ``rows[i]`` (-1: padding
     sample), in one pass: a blend writes each contributing dataset's rows straight into
     the shared output. ``params`` is ``fill_sample``'s int64 array.
@@ -220,13 +357,33 @@ def fill_batch(tokens: numpy.ndarray, pointers: numpy.ndarray, lengths: numpy.nd
         if padding_sample:
             k = 0
         j = numpy.int64(shuffle_index[k])
-        filled = _gather(tokens, pointers, itemsize, lengths, document_index, sample_index,
-                         j, extra, pad, out_tokens[b], out_labels[b])
+        filled = _gather(
+            tokens,
+            pointers,
+            itemsize,
+            lengths,
+            document_index,
+            sample_index,
+            j,
+            extra,
+            pad,
+            out_tokens[b],
+            out_labels[b],
+        )
         if filled < 0:
             return filled
         check_pad = pad_in_data or extra == 0 or filled < seq + extra
-        _finish(eod, pad, check_pad, reset_position_ids, eod_mask_loss, out_tokens[b],
-                out_labels[b], out_loss[b], out_positions[b])
+        _finish(
+            eod,
+            pad,
+            check_pad,
+            reset_position_ids,
+            eod_mask_loss,
+            out_tokens[b],
+            out_labels[b],
+            out_loss[b],
+            out_positions[b],
+        )
         if padding_sample:
             out_loss[b, :] = 0.0
     return numpy.int64(0)

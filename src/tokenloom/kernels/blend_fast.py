@@ -54,7 +54,9 @@ def period_for(num_groups: int) -> Any:
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def activation_step(inverse_weight: float, count: int, level: float, t: int) -> Any:  # pragma: no cover - compiled
+def activation_step(
+    inverse_weight: float, count: int, level: float, t: int
+) -> Any:  # pragma: no cover - compiled
     """A step ``> t`` no later than the first one where ``weight*s - count >= level``
     (``inverse_weight = 1 / weight``; the slack covers every rounding involved)."""
     c = numpy.float64(count)
@@ -69,7 +71,13 @@ def activation_step(inverse_weight: float, count: int, level: float, t: int) -> 
 
 
 @numba.njit(cache=True, nogil=True)
-def scan_all(groups: tuple[numpy.ndarray, ...], counts: numpy.ndarray, pos: numpy.ndarray, spent: numpy.ndarray, s: float) -> Any:  # pragma: no cover - compiled
+def scan_all(
+    groups: tuple[numpy.ndarray, ...],
+    counts: numpy.ndarray,
+    pos: numpy.ndarray,
+    spent: numpy.ndarray,
+    s: float,
+) -> Any:  # pragma: no cover - compiled
     """Exact greedy winner over every live group (lowest next-member id on ties)."""
     weights, _, _, starts, members, _ = groups
     best, best_id, best_error = -1, -1, 0.0
@@ -113,7 +121,15 @@ def select(values: numpy.ndarray, count: int, k: int) -> Any:  # pragma: no cove
 
 
 @numba.njit(cache=True, nogil=True)
-def rebuild(groups: tuple[numpy.ndarray, ...], counts: numpy.ndarray, spent: numpy.ndarray, t: int, target: int, queue: tuple[numpy.ndarray, ...], work: tuple[numpy.ndarray, ...]) -> Any:  # pragma: no cover
+def rebuild(
+    groups: tuple[numpy.ndarray, ...],
+    counts: numpy.ndarray,
+    spent: numpy.ndarray,
+    t: int,
+    target: int,
+    queue: tuple[numpy.ndarray, ...],
+    work: tuple[numpy.ndarray, ...],
+) -> Any:  # pragma: no cover
     """Choose the level for step ``t + 1`` (the ``target``-th largest live error) and
     queue every live group by activation step; returns the level.  O(groups)."""
     weights, inverse = groups[0], groups[1]
@@ -136,7 +152,9 @@ def rebuild(groups: tuple[numpy.ndarray, ...], counts: numpy.ndarray, spent: num
 
 
 @numba.njit(cache=True, nogil=True)
-def adapt_target(target: int, steps: int, fallback: bool, period: int, n: int) -> Any:  # pragma: no cover - compiled
+def adapt_target(
+    target: int, steps: int, fallback: bool, period: int, n: int
+) -> Any:  # pragma: no cover - compiled
     """Lower the level (bigger target) when fallbacks come soon after a rebuild, raise
     it (smaller target) after a whole quiet period."""
     if fallback and steps < period // 4:
@@ -159,7 +177,14 @@ def new_state(n: int) -> tuple[Any, ...]:  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def greedy(groups: tuple[numpy.ndarray, ...], target: int, period: int, queue: tuple[numpy.ndarray, ...], dataset_index: numpy.ndarray, dataset_sample_index: numpy.ndarray) -> tuple[int, int]:
+def greedy(
+    groups: tuple[numpy.ndarray, ...],
+    target: int,
+    period: int,
+    queue: tuple[numpy.ndarray, ...],
+    dataset_index: numpy.ndarray,
+    dataset_sample_index: numpy.ndarray,
+) -> tuple[int, int]:
     """The exact greedy over ``groups`` (see :func:`group_datasets`).
 
     ``target`` is the initial active-set size a rebuild aims at, ``period`` the number
@@ -228,7 +253,14 @@ def group_datasets(weights: numpy.ndarray, sizes: numpy.ndarray) -> tuple[numpy.
     return unique, 1.0 / unique, group_sizes, starts, members, limits
 
 
-def run(weights: numpy.ndarray, sizes: numpy.ndarray, dataset_index: numpy.ndarray, dataset_sample_index: numpy.ndarray, target: Optional[int] = None, period: Optional[int] = None) -> tuple[int, int]:
+def run(
+    weights: numpy.ndarray,
+    sizes: numpy.ndarray,
+    dataset_index: numpy.ndarray,
+    dataset_sample_index: numpy.ndarray,
+    target: Optional[int] = None,
+    period: Optional[int] = None,
+) -> tuple[int, int]:
     """Run :func:`greedy` with the default tuning; returns its profiling counters."""
     groups = group_datasets(weights, sizes)
     n = groups[0].shape[0]
@@ -236,4 +268,3 @@ def run(weights: numpy.ndarray, sizes: numpy.ndarray, dataset_index: numpy.ndarr
     period = period_for(n) if period is None else period
     queue = queues.new_queue(n)
     return greedy(groups, target, period, queue, dataset_index, dataset_sample_index)
-

@@ -32,7 +32,9 @@ def new_queue(num_items: int) -> tuple[numpy.ndarray, ...]:
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def heap_push(keys: numpy.ndarray, ids: numpy.ndarray, size: int, key: int, ident: int) -> Any:  # pragma: no cover - compiled
+def heap_push(
+    keys: numpy.ndarray, ids: numpy.ndarray, size: int, key: int, ident: int
+) -> Any:  # pragma: no cover - compiled
     """Push ``(key, ident)`` on the binary min-heap of ``size`` items; returns the new size."""
     i = size
     while i > 0:
@@ -48,7 +50,9 @@ def heap_push(keys: numpy.ndarray, ids: numpy.ndarray, size: int, key: int, iden
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def heap_pop(keys: numpy.ndarray, ids: numpy.ndarray, size: int) -> Any:  # pragma: no cover - compiled
+def heap_pop(
+    keys: numpy.ndarray, ids: numpy.ndarray, size: int
+) -> Any:  # pragma: no cover - compiled
     """Remove the root of the min-heap; returns the new size."""
     size -= 1
     key = keys[size]
@@ -72,7 +76,9 @@ def heap_pop(keys: numpy.ndarray, ids: numpy.ndarray, size: int) -> Any:  # prag
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def heapify(keys: numpy.ndarray, ids: numpy.ndarray, size: int) -> None:  # pragma: no cover - compiled
+def heapify(
+    keys: numpy.ndarray, ids: numpy.ndarray, size: int
+) -> None:  # pragma: no cover - compiled
     """Floyd's bottom-up construction of the min-heap on the first ``size`` items."""
     for start in range(size // 2 - 1, -1, -1):
         key, ident, i = keys[start], ids[start], start
@@ -89,7 +95,16 @@ def heapify(keys: numpy.ndarray, ids: numpy.ndarray, size: int) -> None:  # prag
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def fill(head: numpy.ndarray, nxt: numpy.ndarray, far_keys: numpy.ndarray, far_ids: numpy.ndarray, meta: numpy.ndarray, now: int, steps: numpy.ndarray, count: int) -> None:  # pragma: no cover
+def fill(
+    head: numpy.ndarray,
+    nxt: numpy.ndarray,
+    far_keys: numpy.ndarray,
+    far_ids: numpy.ndarray,
+    meta: numpy.ndarray,
+    now: int,
+    steps: numpy.ndarray,
+    count: int,
+) -> None:  # pragma: no cover
     """Replace the contents by ids ``0 .. count - 1`` due at ``steps[id] > now``
     (ids with a step of ``INF`` or more are left out); O(count)."""
     head[:] = -1
@@ -109,7 +124,16 @@ def fill(head: numpy.ndarray, nxt: numpy.ndarray, far_keys: numpy.ndarray, far_i
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def push(head: numpy.ndarray, nxt: numpy.ndarray, far_keys: numpy.ndarray, far_ids: numpy.ndarray, meta: numpy.ndarray, now: int, key: int, ident: int) -> None:  # pragma: no cover
+def push(
+    head: numpy.ndarray,
+    nxt: numpy.ndarray,
+    far_keys: numpy.ndarray,
+    far_ids: numpy.ndarray,
+    meta: numpy.ndarray,
+    now: int,
+    key: int,
+    ident: int,
+) -> None:  # pragma: no cover
     """Queue ``ident`` to come due at step ``key > now``."""
     mask = meta[_MASK]
     if key - now <= mask:
@@ -121,7 +145,16 @@ def push(head: numpy.ndarray, nxt: numpy.ndarray, far_keys: numpy.ndarray, far_i
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def drain(head: numpy.ndarray, nxt: numpy.ndarray, far_keys: numpy.ndarray, far_ids: numpy.ndarray, meta: numpy.ndarray, now: int, out: numpy.ndarray, count: int) -> Any:  # pragma: no cover
+def drain(
+    head: numpy.ndarray,
+    nxt: numpy.ndarray,
+    far_keys: numpy.ndarray,
+    far_ids: numpy.ndarray,
+    meta: numpy.ndarray,
+    now: int,
+    out: numpy.ndarray,
+    count: int,
+) -> Any:  # pragma: no cover
     """Append every id due at step ``now`` to ``out[count:]``; returns the new count.
 
     Must be called for every step in order (the ring relies on it)."""

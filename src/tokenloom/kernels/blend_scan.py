@@ -13,7 +13,9 @@ import numpy
 
 
 @numba.njit(cache=True, nogil=True)
-def blend_scan(weights: numpy.ndarray, dataset_index: numpy.ndarray, dataset_sample_index: numpy.ndarray) -> None:  # pragma: no cover
+def blend_scan(
+    weights: numpy.ndarray, dataset_index: numpy.ndarray, dataset_sample_index: numpy.ndarray
+) -> None:  # pragma: no cover
     """The plain O(samples x datasets) greedy, exactly as helpers.cpp loops."""
     n = weights.shape[0]
     counts = numpy.zeros(n, dtype=numpy.int64)
@@ -32,7 +34,12 @@ def blend_scan(weights: numpy.ndarray, dataset_index: numpy.ndarray, dataset_sam
 
 
 @numba.njit(cache=True, nogil=True)
-def exhaustive_scan(sizes: numpy.ndarray, weights: numpy.ndarray, dataset_index: numpy.ndarray, dataset_sample_index: numpy.ndarray) -> None:  # pragma: no cover
+def exhaustive_scan(
+    sizes: numpy.ndarray,
+    weights: numpy.ndarray,
+    dataset_index: numpy.ndarray,
+    dataset_sample_index: numpy.ndarray,
+) -> None:  # pragma: no cover
     """The plain exhaustive greedy: spent datasets leave the race."""
     n = sizes.shape[0]
     counts = numpy.zeros(n, dtype=numpy.int64)

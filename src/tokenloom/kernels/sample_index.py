@@ -16,7 +16,9 @@ OK, OUT_OF_DOCUMENTS, NEGATIVE_OFFSET, BAD_DOCUMENT = 0, 1, 2, 3
 
 
 @numba.njit(cache=True, nogil=True)
-def remaining_tokens(sizes: numpy.ndarray, documents: numpy.ndarray, start: int) -> Any:  # pragma: no cover - compiled
+def remaining_tokens(
+    sizes: numpy.ndarray, documents: numpy.ndarray, start: int
+) -> Any:  # pragma: no cover - compiled
     """sum(sizes[documents[start:]]), or ``-1 - position`` of the first bad entry."""
     total = numpy.int64(0)
     for position in range(start, documents.shape[0]):
@@ -28,7 +30,13 @@ def remaining_tokens(sizes: numpy.ndarray, documents: numpy.ndarray, start: int)
 
 
 @numba.njit(cache=True, nogil=True)
-def sample_index(sizes: numpy.ndarray, documents: numpy.ndarray, sequence_length: int, extra: int, out: numpy.ndarray) -> tuple[int, int]:  # pragma: no cover
+def sample_index(
+    sizes: numpy.ndarray,
+    documents: numpy.ndarray,
+    sequence_length: int,
+    extra: int,
+    out: numpy.ndarray,
+) -> tuple[int, int]:  # pragma: no cover
     """Fill ``out[k] = (position, offset)`` where sample k starts, in one pass.
 
     Returns ``(status, value)``: on OK ``value`` is the number of tokens in all of

@@ -28,8 +28,9 @@ def resolve_device(device: Any, group: Any = None) -> torch.device:
     return torch.device("cpu")
 
 
-def gather_lengths(lengths: Sequence[int], group: Any, device: torch.device
-                   ) -> tuple[list[int], list[int]]:
+def gather_lengths(
+    lengths: Sequence[int], group: Any, device: torch.device
+) -> tuple[list[int], list[int]]:
     """All-gather every member's list of lengths; return ``(all lengths, offsets)``.
 
     ``offsets`` has ``size + 1`` entries: member ``d`` holds ``offsets[d]:offsets[d+1]``.
@@ -64,8 +65,9 @@ def broadcast(tensor: Optional[torch.Tensor], group: Any) -> None:
     dist.broadcast(tensor, group_ranks(group)[0], group=group)
 
 
-def broadcast_scalars(values: Sequence[Any], group: Any, device: torch.device,
-                      dtype: torch.dtype = torch.float32) -> list[Any]:
+def broadcast_scalars(
+    values: Sequence[Any], group: Any, device: torch.device, dtype: torch.dtype = torch.float32
+) -> list[Any]:
     """Send the first member's scalars to the others (as ``dtype``, like Megatron)."""
     if group_size(group) == 1:
         return list(values)
@@ -77,8 +79,9 @@ def broadcast_scalars(values: Sequence[Any], group: Any, device: torch.device,
     return list(values) if group_rank(group) == 0 else payload.cpu().tolist()
 
 
-def all_to_all(send: torch.Tensor, send_splits: list[int], recv_splits: list[int],
-               group: Any) -> torch.Tensor:
+def all_to_all(
+    send: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: Any
+) -> torch.Tensor:
     """``all_to_all_single`` with explicit splits (a copy for a one-member group)."""
     recv = torch.empty(sum(recv_splits), dtype=send.dtype, device=send.device)
     if group_size(group) == 1:
@@ -86,8 +89,9 @@ def all_to_all(send: torch.Tensor, send_splits: list[int], recv_splits: list[int
         return recv
     import torch.distributed as dist
 
-    dist.all_to_all_single(recv, send, output_split_sizes=recv_splits,
-                           input_split_sizes=send_splits, group=group)
+    dist.all_to_all_single(
+        recv, send, output_split_sizes=recv_splits, input_split_sizes=send_splits, group=group
+    )
     return recv
 
 
@@ -98,8 +102,13 @@ class Route:
     ``assigned[r]`` is the sorted list of global ids DP x CP rank ``r`` runs.
     """
 
-    def __init__(self, sample_id_groups: Sequence[Sequence[Sequence[int]]], offsets: list[int],
-                 dp_group: Any, dp_cp_group: Any) -> None:
+    def __init__(
+        self,
+        sample_id_groups: Sequence[Sequence[Sequence[int]]],
+        offsets: list[int],
+        dp_group: Any,
+        dp_cp_group: Any,
+    ) -> None:
         self.total = group_size(dp_cp_group)
         self.me = group_rank(dp_cp_group) if self.total > 1 else 0
         dcp_members = group_ranks(dp_cp_group) if self.total > 1 else [0]
@@ -107,16 +116,20 @@ class Route:
         position = {rank: i for i, rank in enumerate(dcp_members)}
         missing = [r for r in dp_members if r not in position]
         if missing:
-            raise PackingError(f"ranks {missing} of the DP group are not in the DP x CP group; "
-                               "build pg_collection with build_pg_collection")
+            raise PackingError(
+                f"ranks {missing} of the DP group are not in the DP x CP group; "
+                "build pg_collection with build_pg_collection"
+            )
         self.dp_to_dcp = [position[r] for r in dp_members]
         self.offsets = offsets
         self.my_dp = group_rank(dp_group) if group_size(dp_group) > 1 else 0
         self.assigned: list[list[int]] = [[] for _ in range(self.total)]
         for microbatch in sample_id_groups:
             if len(microbatch) != self.total:
-                raise PackingError(f"a microbatch of the schedule has {len(microbatch)} rank "
-                                   f"lists, the DP x CP group has {self.total} ranks")
+                raise PackingError(
+                    f"a microbatch of the schedule has {len(microbatch)} rank "
+                    f"lists, the DP x CP group has {self.total} ranks"
+                )
             for rank, ids in enumerate(microbatch):
                 self.assigned[rank].extend(int(i) for i in ids)
         for ids in self.assigned:
@@ -133,8 +146,10 @@ class Route:
         """Per destination DP x CP rank, the local global ids to send, in order."""
         low, high = self.offsets[self.my_dp], self.offsets[self.my_dp + 1]
         peers = set(self.dp_to_dcp)
-        return [[g for g in self.assigned[dest] if low <= g < high] if dest in peers else []
-                for dest in range(self.total)]
+        return [
+            [g for g in self.assigned[dest] if low <= g < high] if dest in peers else []
+            for dest in range(self.total)
+        ]
 
     def receives(self) -> list[list[int]]:
         """Per source DP x CP rank, the global ids to receive, in order."""
@@ -144,9 +159,15 @@ class Route:
         return out
 
 
-def reroute(local: dict[int, dict[str, torch.Tensor]], lengths: Sequence[int], route: Route,
-            dp_cp_group: Any, device: torch.device, dtypes: dict[str, torch.dtype],
-            one_element_keys: Sequence[str] = ()) -> dict[int, dict[str, torch.Tensor]]:
+def reroute(
+    local: dict[int, dict[str, torch.Tensor]],
+    lengths: Sequence[int],
+    route: Route,
+    dp_cp_group: Any,
+    device: torch.device,
+    dtypes: dict[str, torch.dtype],
+    one_element_keys: Sequence[str] = (),
+) -> dict[int, dict[str, torch.Tensor]]:
     """Move sub-samples to the DP x CP ranks that run them; return ``{gid: sample}``.
 
     ``local`` maps this rank's global ids to their sub-samples; ``lengths[gid]`` is
@@ -173,12 +194,15 @@ def reroute(local: dict[int, dict[str, torch.Tensor]], lengths: Sequence[int], r
                     )
                 parts.append(value.to(device=device, dtype=dtype))
         send = torch.cat(parts) if parts else torch.empty(0, dtype=dtype, device=device)
-        recv = all_to_all(send, [sum(size(key, g) for g in ids) for ids in sends],
-                          [sum(size(key, g) for g in ids) for ids in receives], dp_cp_group)
+        recv = all_to_all(
+            send,
+            [sum(size(key, g) for g in ids) for ids in sends],
+            [sum(size(key, g) for g in ids) for ids in receives],
+            dp_cp_group,
+        )
         cursor = 0
         for gid in order:
             n = size(key, gid)
-            out[gid][key] = recv[cursor: cursor + n]
+            out[gid][key] = recv[cursor : cursor + n]
             cursor += n
     return out
-

@@ -15,9 +15,14 @@ Sample = dict[str, torch.Tensor]
 TOKEN_KEYS = ("tokens", "labels", "loss_mask", "position_ids")
 LENGTH_KEYS = ("original_seq_len", "padded_seq_len")
 METADATA_KEYS = ("max_seqlen", "cu_seqlens", "cu_seqlens_padded")
-DTYPES = {"tokens": torch.int64, "labels": torch.int64, "loss_mask": torch.float32,
-          "position_ids": torch.int64, "original_seq_len": torch.int64,
-          "padded_seq_len": torch.int64}
+DTYPES = {
+    "tokens": torch.int64,
+    "labels": torch.int64,
+    "loss_mask": torch.float32,
+    "position_ids": torch.int64,
+    "original_seq_len": torch.int64,
+    "padded_seq_len": torch.int64,
+}
 
 
 def fetch_items(data_iterator: Iterator[Any], num_microbatches: int) -> list[Sample]:
@@ -27,15 +32,19 @@ def fetch_items(data_iterator: Iterator[Any], num_microbatches: int) -> list[Sam
         try:
             item = next(data_iterator)
         except StopIteration:
-            raise PackingError(f"the data iterator ended after {step} of {num_microbatches} "
-                               "items (num_microbatches)") from None
+            raise PackingError(
+                f"the data iterator ended after {step} of {num_microbatches} "
+                "items (num_microbatches)"
+            ) from None
         if isinstance(item, dict):
             batch.append(item)
         elif isinstance(item, list) and all(isinstance(s, dict) for s in item):
             batch.extend(item)
         else:
-            raise PackingError(f"item {step} of the data iterator is a {type(item).__name__}; "
-                               "it must be a sample dict or a list of sample dicts")
+            raise PackingError(
+                f"item {step} of the data iterator is a {type(item).__name__}; "
+                "it must be a sample dict or a list of sample dicts"
+            )
     return batch
 
 
@@ -90,19 +99,24 @@ def check_required_keys(batch: Sequence[Sample], keys: Sequence[str]) -> None:
     for index, sample in enumerate(batch):
         missing = [k for k in keys if k not in sample]
         if missing:
-            raise PackingError(f"sub-sample {index} is missing the required key(s) {missing}; "
-                               f"it has {sorted(sample)}")
+            raise PackingError(
+                f"sub-sample {index} is missing the required key(s) {missing}; "
+                f"it has {sorted(sample)}"
+            )
 
 
-def global_lengths(batch: Sequence[Sample], dp_group: Any, device: torch.device
-                   ) -> tuple[list[int], list[int]]:
+def global_lengths(
+    batch: Sequence[Sample], dp_group: Any, device: torch.device
+) -> tuple[list[int], list[int]]:
     """Padded lengths of the whole DP group (global id order) and each rank's offsets."""
     mine = []
     for index, sample in enumerate(batch):
         padded = sample["padded_seq_len"].reshape(-1)
         if padded.numel() != 1 or int(padded[0]) < 0:
-            raise PackingError(f"sub-sample {index}: padded_seq_len must hold one length >= 0, "
-                               f"got {padded.tolist()}")
+            raise PackingError(
+                f"sub-sample {index}: padded_seq_len must hold one length >= 0, "
+                f"got {padded.tolist()}"
+            )
         mine.append(int(padded[0]))
     return gather_lengths(mine, dp_group, device)
 
@@ -110,12 +124,15 @@ def global_lengths(batch: Sequence[Sample], dp_group: Any, device: torch.device
 def pack(samples: list[Sample], device: torch.device) -> Sample:
     """Concatenate sub-samples into one THD microbatch with cu_seqlens(_padded), max_seqlen."""
     if not samples:
-        raise PackingError("a microbatch of the schedule is empty; every DP x CP rank needs at "
-                           "least one sub-sample in each microbatch")
+        raise PackingError(
+            "a microbatch of the schedule is empty; every DP x CP rank needs at "
+            "least one sub-sample in each microbatch"
+        )
     out = {k: torch.cat([s[k].reshape(-1).to(device) for s in samples]) for k in TOKEN_KEYS}
     padded = torch.cat([s["padded_seq_len"].reshape(-1) for s in samples]).to(device, torch.int32)
-    original = torch.cat([s["original_seq_len"].reshape(-1) for s in samples]).to(device,
-                                                                                  torch.int32)
+    original = torch.cat([s["original_seq_len"].reshape(-1) for s in samples]).to(
+        device, torch.int32
+    )
     zero = torch.zeros(1, dtype=torch.int32, device=device)
     out["cu_seqlens_padded"] = torch.cat([zero, torch.cumsum(padded, 0, dtype=torch.int32)])
     out["max_seqlen"] = padded.max()
@@ -123,18 +140,20 @@ def pack(samples: list[Sample], device: torch.device) -> Sample:
     return out
 
 
-def broadcast_to_middle_stages(samples: Optional[list[Sample]], scalars: list[Any],
-                               pp_group: Any, device: torch.device
-                               ) -> tuple[Optional[list[Sample]], list[Any]]:
+def broadcast_to_middle_stages(
+    samples: Optional[list[Sample]], scalars: list[Any], pp_group: Any, device: torch.device
+) -> tuple[Optional[list[Sample]], list[Any]]:
     """Give middle PP stages the THD metadata and the scalars (sums rounded to float32)."""
     if group_size(pp_group) <= 2:
         return samples, scalars
     rank, last = group_rank(pp_group), group_size(pp_group) - 1
-    sums = torch.tensor(scalars[1:] if rank == 0 else [0.0, 0.0], dtype=torch.float32,
-                        device=device)
+    sums = torch.tensor(
+        scalars[1:] if rank == 0 else [0.0, 0.0], dtype=torch.float32, device=device
+    )
     payload = _metadata_payload(samples, scalars[0], device) if rank == 0 else None
-    length = torch.tensor([0 if payload is None else payload.numel()], dtype=torch.int64,
-                          device=device)
+    length = torch.tensor(
+        [0 if payload is None else payload.numel()], dtype=torch.int64, device=device
+    )
     broadcast(length, pp_group)
     if payload is None:
         payload = torch.empty(int(length.item()), dtype=torch.int64, device=device)
@@ -146,17 +165,26 @@ def broadcast_to_middle_stages(samples: Optional[list[Sample]], scalars: list[An
     return rebuilt, [count] + sums.cpu().tolist()
 
 
-def _metadata_payload(samples: Optional[list[Sample]], count: int, device: torch.device
-                      ) -> torch.Tensor:
+def _metadata_payload(
+    samples: Optional[list[Sample]], count: int, device: torch.device
+) -> torch.Tensor:
     if samples is None:
-        raise ConfigError("PP stage 0 has no data iterator; TP rank 0 of the first and the last "
-                          "pipeline stage must both be given one")
+        raise ConfigError(
+            "PP stage 0 has no data iterator; TP rank 0 of the first and the last "
+            "pipeline stage must both be given one"
+        )
     parts = [torch.tensor([count], dtype=torch.int64)]
     for s in samples:
-        parts.append(torch.tensor([int(s["max_seqlen"]), s["cu_seqlens"].numel(),
-                                   s["cu_seqlens_padded"].numel()], dtype=torch.int64))
-        parts += [s["cu_seqlens"].cpu().to(torch.int64),
-                  s["cu_seqlens_padded"].cpu().to(torch.int64)]
+        parts.append(
+            torch.tensor(
+                [int(s["max_seqlen"]), s["cu_seqlens"].numel(), s["cu_seqlens_padded"].numel()],
+                dtype=torch.int64,
+            )
+        )
+        parts += [
+            s["cu_seqlens"].cpu().to(torch.int64),
+            s["cu_seqlens_padded"].cpu().to(torch.int64),
+        ]
     return torch.cat(parts).to(device)
 
 
@@ -164,20 +192,25 @@ def _read_metadata(payload: torch.Tensor) -> tuple[int, list[Sample]]:
     values = payload.to(device=payload.device)
     count, cursor, out = int(values[0]), 1, []
     for _ in range(count):
-        max_seqlen, n_cu, n_padded = (int(v) for v in values[cursor: cursor + 3])
+        max_seqlen, n_cu, n_padded = (int(v) for v in values[cursor : cursor + 3])
         cursor += 3
-        cu = values[cursor: cursor + n_cu].to(torch.int32)
+        cu = values[cursor : cursor + n_cu].to(torch.int32)
         cursor += n_cu
-        padded = values[cursor: cursor + n_padded].to(torch.int32)
+        padded = values[cursor : cursor + n_padded].to(torch.int32)
         cursor += n_padded
-        out.append({"max_seqlen": torch.tensor(max_seqlen, dtype=torch.int32,
-                                               device=payload.device),
-                    "cu_seqlens": cu, "cu_seqlens_padded": padded})
+        out.append(
+            {
+                "max_seqlen": torch.tensor(max_seqlen, dtype=torch.int32, device=payload.device),
+                "cu_seqlens": cu,
+                "cu_seqlens_padded": padded,
+            }
+        )
     return count, out
 
 
-def make_iterators(samples: Optional[list[Sample]], pp_group: Any, tp_group: Any,
-                   vpp_size: Optional[int]) -> Any:
+def make_iterators(
+    samples: Optional[list[Sample]], pp_group: Any, tp_group: Any, vpp_size: Optional[int]
+) -> Any:
     """Megatron's iterator layout: one iterator, or a list of ``vpp_size`` with VPP."""
     first_tp = group_rank(tp_group) == 0
     if vpp_size is None or vpp_size <= 1:

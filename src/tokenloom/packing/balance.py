@@ -15,8 +15,12 @@ from typing import Any
 from tokenloom.errors import PackingError
 
 
-def rank_times(schedule: Sequence[Sequence[Sequence[Hashable]]], lengths: Mapping[Any, int],
-               token_cost: float = 1.0, attention_cost: float = 1.0 / 4096) -> list[float]:
+def rank_times(
+    schedule: Sequence[Sequence[Sequence[Hashable]]],
+    lengths: Mapping[Any, int],
+    token_cost: float = 1.0,
+    attention_cost: float = 1.0 / 4096,
+) -> list[float]:
     """Modelled time of every rank; ``lengths`` maps an id to its token count."""
     if not schedule:
         return []
@@ -24,8 +28,9 @@ def rank_times(schedule: Sequence[Sequence[Sequence[Hashable]]], lengths: Mappin
     times = [0.0] * ranks
     for index, microbatch in enumerate(schedule):
         if len(microbatch) != ranks:
-            raise PackingError(f"microbatch {index} has {len(microbatch)} ranks, microbatch 0 "
-                               f"has {ranks}")
+            raise PackingError(
+                f"microbatch {index} has {len(microbatch)} ranks, microbatch 0 has {ranks}"
+            )
         sharers = Counter(i for ids in microbatch for i in ids)
         for rank, ids in enumerate(microbatch):
             for i in ids:

@@ -57,8 +57,11 @@ class BalancedCPScheduler:
     """Form microbatches whose sub-samples load every DP x CP rank about equally."""
 
     def __init__(self, max_seq_len_per_rank: int, dp_cp_group: Any) -> None:
-        if isinstance(max_seq_len_per_rank, bool) or not isinstance(max_seq_len_per_rank, int) \
-                or max_seq_len_per_rank < 1:
+        if (
+            isinstance(max_seq_len_per_rank, bool)
+            or not isinstance(max_seq_len_per_rank, int)
+            or max_seq_len_per_rank < 1
+        ):
             raise ConfigError(
                 f"max_seq_len_per_rank must be a positive int, got {max_seq_len_per_rank!r}"
             )
@@ -87,12 +90,15 @@ class BalancedCPScheduler:
         limit = self.max_seq_len_per_rank * self.total_hdp_gpus
         for position, entry in enumerate(sample_id_seqlens):
             if len(entry) != 2:
-                raise PackingError(f"sample_id_seqlens[{position}] must be (sample_id, seqlen), "
-                                   f"got {entry!r}")
+                raise PackingError(
+                    f"sample_id_seqlens[{position}] must be (sample_id, seqlen), got {entry!r}"
+                )
             sample_id, seqlen = entry
             if isinstance(seqlen, bool) or not isinstance(seqlen, numbers.Integral) or seqlen < 1:
-                raise PackingError(f"sample {sample_id!r} has length {seqlen!r}; every length "
-                                   "must be an int >= 1 (drop empty sub-samples first)")
+                raise PackingError(
+                    f"sample {sample_id!r} has length {seqlen!r}; every length "
+                    "must be an int >= 1 (drop empty sub-samples first)"
+                )
             if seqlen > limit:
                 raise PackingError(
                     f"sample {sample_id!r} has {seqlen} tokens, more than max_seq_len_per_rank "
@@ -100,12 +106,14 @@ class BalancedCPScheduler:
                     "raise max_seqlen_per_dp_cp_rank or split the sequence"
                 )
 
-    def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[Item],
-                                  config: Any = None) -> tuple[Groups, Groups]:
+    def get_groups_and_subsamples(
+        self, sample_id_seqlens: Sequence[Item], config: Any = None
+    ) -> tuple[Groups, Groups]:
         """Return ``(seqlen_groups, sample_id_groups)``: ``[microbatch][rank] -> list``."""
         self.check_lengths(sample_id_seqlens)
-        pending: list[Item] = sorted(((sid, int(n)) for sid, n in sample_id_seqlens),
-                                     key=lambda item: item[1], reverse=True)
+        pending: list[Item] = sorted(
+            ((sid, int(n)) for sid, n in sample_id_seqlens), key=lambda item: item[1], reverse=True
+        )
         seqlen_groups: Groups = []
         sample_id_groups: Groups = []
         while pending:
@@ -125,8 +133,9 @@ class BalancedCPScheduler:
         current_work, remaining_k = 0.0, k
         for i, item in enumerate(items):
             work = self.get_total_workload(item[1])
-            closing = current_work + work > target * 1.1 \
-                or len(items) - i <= remaining_k - len(buckets)
+            closing = current_work + work > target * 1.1 or len(items) - i <= remaining_k - len(
+                buckets
+            )
             if current and closing:
                 buckets.append(deque(current))
                 current, current_work = [], 0.0
@@ -137,8 +146,9 @@ class BalancedCPScheduler:
             buckets.append(deque(current))
         return buckets
 
-    def next_hdp_group(self, items: list[Item], total_gpus: int, delta: float = 0.05
-                       ) -> tuple[list[list[int]], list[Item], list[float], list[list[Hashable]]]:
+    def next_hdp_group(
+        self, items: list[Item], total_gpus: int, delta: float = 0.05
+    ) -> tuple[list[list[int]], list[Item], list[float], list[list[Hashable]]]:
         """Schedule one microbatch; return ``(seqlens, leftovers, exec_times, sample_ids)``."""
         state = _Round(total_gpus)
         if not items:
@@ -166,8 +176,10 @@ class BalancedCPScheduler:
         before = sum(len(s) for s in state.seqlens)
         self._fill_empty(state)
         if sum(len(s) for s in state.seqlens) < before:
-            raise PackingError("BalancedCPScheduler lost sub-samples while widening groups onto "
-                               "empty ranks (Megatron asserts here); use another scheduler")
+            raise PackingError(
+                "BalancedCPScheduler lost sub-samples while widening groups onto "
+                "empty ranks (Megatron asserts here); use another scheduler"
+            )
         return state.seqlens, leftovers, state.times, state.ids
 
     def _pick(self, buckets: list[deque[Item]], state: _Round) -> Optional[tuple[int, Item]]:
@@ -248,8 +260,10 @@ class BalancedCPScheduler:
         first, last = state.members[gid][0], state.members[gid][-1]
         empty = next(i for i, s in enumerate(state.seqlens) if not s)
         if grow == 0 or last + grow + max(0, empty - last - 1) >= total:
-            raise PackingError("BalancedCPScheduler cannot widen a group onto the empty ranks; "
-                               "use another scheduler or a different max_seqlen_per_dp_cp_rank")
+            raise PackingError(
+                "BalancedCPScheduler cannot widen a group onto the empty ranks; "
+                "use another scheduler or a different max_seqlen_per_dp_cp_rank"
+            )
         seqlens: list[list[int]] = [[] for _ in range(total)]
         times = [0.0] * total
         ids: list[list[Hashable]] = [[] for _ in range(total)]

@@ -21,11 +21,23 @@ from tokenloom.packing.groups import group_rank, group_size, require_groups
 from tokenloom.packing.params import PackedSeqParams
 from tokenloom.packing.thd import thd_padding_mask, thd_partitioned_indices, zero_padded_slots
 
-BatchTuple = tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor], None,
-                   Optional[torch.Tensor], PackedSeqParams, torch.Tensor]
-EXPECTED = {"tokens": torch.int64, "position_ids": torch.int64, "labels": torch.int64,
-            "loss_mask": torch.float32, "cu_seqlens": torch.int32,
-            "cu_seqlens_padded": torch.int32}
+BatchTuple = tuple[
+    Optional[torch.Tensor],
+    Optional[torch.Tensor],
+    Optional[torch.Tensor],
+    None,
+    Optional[torch.Tensor],
+    PackedSeqParams,
+    torch.Tensor,
+]
+EXPECTED = {
+    "tokens": torch.int64,
+    "position_ids": torch.int64,
+    "labels": torch.int64,
+    "loss_mask": torch.float32,
+    "cu_seqlens": torch.int32,
+    "cu_seqlens_padded": torch.int32,
+}
 
 
 def _read(data_iterator: Optional[Iterator[Any]], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -48,15 +60,17 @@ def _slice_for_cp(batch: dict[str, Any], cp_group: Any, token_keys: bool) -> Non
     bounds = batch["cu_seqlens_padded"]
     index = thd_partitioned_indices(bounds, int(bounds[-1]), cp_size, group_rank(cp_group))
     index = index.to(device=batch["padding_mask"].device, dtype=torch.int64)
-    keys = ["padding_mask"] + (["tokens", "position_ids", "labels", "loss_mask"]
-                               if token_keys else [])
+    keys = ["padding_mask"] + (
+        ["tokens", "position_ids", "labels", "loss_mask"] if token_keys else []
+    )
     for key in keys:
         if batch.get(key) is not None:
             batch[key] = batch[key].index_select(0, index)
 
 
-def _shaped(batch: dict[str, Any], key: str, wanted: bool, first_tp: bool, total: int,
-            device: torch.device) -> Optional[torch.Tensor]:
+def _shaped(
+    batch: dict[str, Any], key: str, wanted: bool, first_tp: bool, total: int, device: torch.device
+) -> Optional[torch.Tensor]:
     if not wanted:
         return None
     if first_tp:
@@ -69,15 +83,22 @@ def _max_seqlen(value: Any, device: torch.device) -> torch.Tensor:
     if isinstance(value, int):
         return torch.tensor(value, dtype=torch.int32, device=device)
     if value.dtype != torch.int32 or value.numel() != 1:
-        raise PackingError(f"max_seqlen must be an int or a one-element int32 tensor, got "
-                           f"{value.dtype} with {value.numel()} elements")
+        raise PackingError(
+            f"max_seqlen must be an int or a one-element int32 tensor, got "
+            f"{value.dtype} with {value.numel()} elements"
+        )
     return value
 
 
 def get_batch_on_this_rank_for_sequence_packing(
-        data_iterator: Optional[Iterator[Any]], vpp_size: Optional[int] = None,
-        mtp_on_this_rank: bool = False, vp_stage: Optional[int] = None,
-        pg_collection: Any = None, *, device: Any = None) -> BatchTuple:
+    data_iterator: Optional[Iterator[Any]],
+    vpp_size: Optional[int] = None,
+    mtp_on_this_rank: bool = False,
+    vp_stage: Optional[int] = None,
+    pg_collection: Any = None,
+    *,
+    device: Any = None,
+) -> BatchTuple:
     """Return ``(tokens, labels, loss_mask, None, position_ids, packed_seq_params,
     padding_mask)`` for this rank, Megatron's 7-tuple (each tensor ``[1, T / cp]``)."""
     groups = require_groups(pg_collection, ("tp", "pp", "cp"))
@@ -87,9 +108,11 @@ def get_batch_on_this_rank_for_sequence_packing(
     stage, stages = group_rank(pp_group), group_size(pp_group)
     first = stage == 0 and vp_stage in (None, 0)
     last = stage == stages - 1 and (vp_stage is None or vp_stage == (vpp_size or 1) - 1)
-    keys = ("cu_seqlens", "cu_seqlens_padded", "max_seqlen") \
-        + (("tokens", "position_ids") if first or mtp_on_this_rank else ()) \
+    keys = (
+        ("cu_seqlens", "cu_seqlens_padded", "max_seqlen")
+        + (("tokens", "position_ids") if first or mtp_on_this_rank else ())
         + (("labels", "loss_mask") if last else ())
+    )
     batch: dict[str, Any] = {}
     if first_tp:
         batch = _read(data_iterator, keys)
@@ -102,8 +125,9 @@ def get_batch_on_this_rank_for_sequence_packing(
     n_bounds, total = (int(v) for v in broadcast_scalars(shapes, tp_group, dev, torch.int32))
     out = {
         "tokens": _shaped(batch, "tokens", first or mtp_on_this_rank, first_tp, total, dev),
-        "position_ids": _shaped(batch, "position_ids", first or mtp_on_this_rank, first_tp,
-                                total, dev),
+        "position_ids": _shaped(
+            batch, "position_ids", first or mtp_on_this_rank, first_tp, total, dev
+        ),
         "labels": _shaped(batch, "labels", last, first_tp, total, dev),
         "loss_mask": _shaped(batch, "loss_mask", last, first_tp, total, dev),
         "padding_mask": _shaped(batch, "padding_mask", True, first_tp, total, dev),
@@ -118,9 +142,22 @@ def get_batch_on_this_rank_for_sequence_packing(
     for tensor in (*out.values(), bounds, padded, max_seqlen):
         broadcast(tensor, tp_group)
     longest = int(max_seqlen.item())
-    params = PackedSeqParams(qkv_format="thd", cu_seqlens_q=padded, cu_seqlens_kv=padded,
-                             cu_seqlens_q_padded=padded, cu_seqlens_kv_padded=padded,
-                             max_seqlen_q=longest, max_seqlen_kv=longest)
+    params = PackedSeqParams(
+        qkv_format="thd",
+        cu_seqlens_q=padded,
+        cu_seqlens_kv=padded,
+        cu_seqlens_q_padded=padded,
+        cu_seqlens_kv_padded=padded,
+        max_seqlen_q=longest,
+        max_seqlen_kv=longest,
+    )
     padding_mask = cast(torch.Tensor, out["padding_mask"])  # always requested above
-    return (out["tokens"], out["labels"], out["loss_mask"], None, out["position_ids"], params,
-            padding_mask)
+    return (
+        out["tokens"],
+        out["labels"],
+        out["loss_mask"],
+        None,
+        out["position_ids"],
+        params,
+        padding_mask,
+    )

@@ -42,16 +42,25 @@ def model_costs(num_layers: int, hidden_size: int, num_parameters: float) -> tup
 class CostBalancedScheduler(BasePackingScheduler):
     """Packing scheduler that balances tokens + attention cost over DP x CP ranks."""
 
-    def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
-                 microbatch_group_size_per_vp_stage: Optional[int], *,
-                 token_cost: float = DEFAULT_TOKEN_COST,
-                 attention_cost: float = DEFAULT_ATTENTION_COST,
-                 max_rounds: int = 256) -> None:
-        super().__init__(max_seqlen_per_dp_cp_rank, cp_size, dp_size,
-                         microbatch_group_size_per_vp_stage)
+    def __init__(
+        self,
+        max_seqlen_per_dp_cp_rank: int,
+        cp_size: int,
+        dp_size: int,
+        microbatch_group_size_per_vp_stage: Optional[int],
+        *,
+        token_cost: float = DEFAULT_TOKEN_COST,
+        attention_cost: float = DEFAULT_ATTENTION_COST,
+        max_rounds: int = 256,
+    ) -> None:
+        super().__init__(
+            max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage
+        )
         if token_cost < 0 or attention_cost < 0 or token_cost + attention_cost <= 0:
-            raise ConfigError(f"token_cost {token_cost} and attention_cost {attention_cost} "
-                              "must be >= 0 and not both 0")
+            raise ConfigError(
+                f"token_cost {token_cost} and attention_cost {attention_cost} "
+                "must be >= 0 and not both 0"
+            )
         self.token_cost, self.attention_cost = float(token_cost), float(attention_cost)
         self.max_rounds = max_rounds
 
@@ -60,10 +69,10 @@ class CostBalancedScheduler(BasePackingScheduler):
         lengths = lengths.astype(numpy.float64)
         return self.token_cost * lengths + self.attention_cost * lengths * lengths
 
-    def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]
-                                  ) -> Schedule:
-        check_lengths(sample_id_seqlens, self.max_seq_len_all_ranks,
-                      "max_seqlen_per_dp_cp_rank x cp_size")
+    def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> Schedule:
+        check_lengths(
+            sample_id_seqlens, self.max_seq_len_all_ranks, "max_seqlen_per_dp_cp_rank x cp_size"
+        )
         if not sample_id_seqlens:
             return []
         lengths = numpy.fromiter((n for _, n in sample_id_seqlens), dtype=numpy.int64)
@@ -116,8 +125,12 @@ def _even_counts(per_rank: list[list[int]], costs: numpy.ndarray, count: int) ->
     short = [rank for rank in per_rank if len(rank) < count]
     if not short:
         return
-    spare = [(float(costs[p]), d, p) for d, rank in enumerate(per_rank)
-             if len(rank) > count for p in rank]
+    spare = [
+        (float(costs[p]), d, p)
+        for d, rank in enumerate(per_rank)
+        if len(rank) > count
+        for p in rank
+    ]
     spare.sort()
     left = {d: len(rank) - count for d, rank in enumerate(per_rank) if len(rank) > count}
     for needy in short:
@@ -125,8 +138,9 @@ def _even_counts(per_rank: list[list[int]], costs: numpy.ndarray, count: int) ->
             while spare and left[spare[0][1]] == 0:
                 spare.pop(0)
             if not spare:
-                raise PackingError(f"not enough sequences to give every DP rank {count} "
-                                   "microbatches")
+                raise PackingError(
+                    f"not enough sequences to give every DP rank {count} microbatches"
+                )
             _, donor, position = spare.pop(0)
             per_rank[donor].remove(position)
             left[donor] -= 1
@@ -162,8 +176,9 @@ def _improve(per_rank: list[list[int]], costs: numpy.ndarray, rounds: int, count
         loads[low] += delta[i, j]
 
 
-def _fill_bins(positions: list[int], lengths: list[int], count: int,
-               cap: int) -> Optional[list[list[int]]]:
+def _fill_bins(
+    positions: list[int], lengths: list[int], count: int, cap: int
+) -> Optional[list[list[int]]]:
     """Exactly ``count`` non-empty bins of at most ``cap`` tokens, or None.
 
     Worst-fit decreasing (even bins) first; when that overflows, first-fit decreasing
@@ -181,8 +196,9 @@ def _fill_bins(positions: list[int], lengths: list[int], count: int,
     return bins if all(bins) else None
 
 
-def _first_fit(order: list[int], lengths: list[int], count: int,
-               cap: int) -> Optional[list[list[int]]]:
+def _first_fit(
+    order: list[int], lengths: list[int], count: int, cap: int
+) -> Optional[list[list[int]]]:
     bins: list[list[int]] = []
     room: list[int] = []
     for position in order:
@@ -206,7 +222,11 @@ def _first_fit(order: list[int], lengths: list[int], count: int,
 
 def _layout(bins: list[list[list[int]]], cp_size: int, costs: numpy.ndarray) -> Schedule:
     """``[microbatch][dcp_rank]``: each DP rank's bins, costliest first, shared by its CP ranks."""
-    ordered = [sorted((sorted(b) for b in rank_bins), key=lambda b: -float(costs[b].sum()))
-               for rank_bins in bins]
-    return [[ordered[j // cp_size][i] for j in range(cp_size * len(ordered))]
-            for i in range(len(ordered[0]))]
+    ordered = [
+        sorted((sorted(b) for b in rank_bins), key=lambda b: -float(costs[b].sum()))
+        for rank_bins in bins
+    ]
+    return [
+        [ordered[j // cp_size][i] for j in range(cp_size * len(ordered))]
+        for i in range(len(ordered[0]))
+    ]

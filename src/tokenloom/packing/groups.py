@@ -69,8 +69,12 @@ class RankCoordinates:
 
 
 def _check_sizes(world_size: int, tp: int, cp: int, pp: int) -> int:
-    for name, value in (("world_size", world_size), ("tensor_model_parallel_size", tp),
-                        ("context_parallel_size", cp), ("pipeline_model_parallel_size", pp)):
+    for name, value in (
+        ("world_size", world_size),
+        ("tensor_model_parallel_size", tp),
+        ("context_parallel_size", cp),
+        ("pipeline_model_parallel_size", pp),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{name} must be a positive int, got {value!r}")
     if world_size % (tp * cp * pp):
@@ -82,26 +86,28 @@ def _check_sizes(world_size: int, tp: int, cp: int, pp: int) -> int:
     return world_size // (tp * cp * pp)
 
 
-def rank_coordinates(rank: int, world_size: int, tp: int = 1, cp: int = 1,
-                     pp: int = 1) -> RankCoordinates:
+def rank_coordinates(
+    rank: int, world_size: int, tp: int = 1, cp: int = 1, pp: int = 1
+) -> RankCoordinates:
     """Split a global rank into its TP, CP, DP and PP ranks (TP innermost, PP outermost)."""
     dp = _check_sizes(world_size, tp, cp, pp)
     if not 0 <= rank < world_size:
         raise ConfigError(f"rank {rank} is outside 0..{world_size - 1}")
-    return RankCoordinates(tp=rank % tp, cp=(rank // tp) % cp, dp=(rank // (tp * cp)) % dp,
-                           pp=rank // (tp * cp * dp))
+    return RankCoordinates(
+        tp=rank % tp, cp=(rank // tp) % cp, dp=(rank // (tp * cp)) % dp, pp=rank // (tp * cp * dp)
+    )
 
 
-def layout_groups(world_size: int, tp: int = 1, cp: int = 1,
-                  pp: int = 1) -> dict[str, list[tuple[int, ...]]]:
+def layout_groups(
+    world_size: int, tp: int = 1, cp: int = 1, pp: int = 1
+) -> dict[str, list[tuple[int, ...]]]:
     """Every group of each kind as tuples of global ranks, in Megatron's default order."""
     dp = _check_sizes(world_size, tp, cp, pp)
 
     def rank_of(t: int, c: int, d: int, p: int) -> int:
         return t + tp * (c + cp * (d + dp * p))
 
-    groups: dict[str, list[tuple[int, ...]]] = {"tp": [], "cp": [], "dp": [], "dp_cp": [],
-                                                 "pp": []}
+    groups: dict[str, list[tuple[int, ...]]] = {"tp": [], "cp": [], "dp": [], "dp_cp": [], "pp": []}
     for p in range(pp):
         for d in range(dp):
             for c in range(cp):
@@ -112,8 +118,7 @@ def layout_groups(world_size: int, tp: int = 1, cp: int = 1,
                 groups["cp"].append(tuple(rank_of(t, c, d, p) for c in range(cp)))
             for c in range(cp):
                 groups["dp"].append(tuple(rank_of(t, c, d, p) for d in range(dp)))
-            groups["dp_cp"].append(tuple(rank_of(t, c, d, p) for d in range(dp)
-                                         for c in range(cp)))
+            groups["dp_cp"].append(tuple(rank_of(t, c, d, p) for d in range(dp) for c in range(cp)))
     for t in range(tp):
         for d in range(dp):
             for c in range(cp):
@@ -121,9 +126,14 @@ def layout_groups(world_size: int, tp: int = 1, cp: int = 1,
     return groups
 
 
-def build_pg_collection(world_size: Optional[int] = None, tensor_model_parallel_size: int = 1,
-                        context_parallel_size: int = 1, pipeline_model_parallel_size: int = 1,
-                        *, backend: Optional[str] = None) -> ProcessGroupCollection:
+def build_pg_collection(
+    world_size: Optional[int] = None,
+    tensor_model_parallel_size: int = 1,
+    context_parallel_size: int = 1,
+    pipeline_model_parallel_size: int = 1,
+    *,
+    backend: Optional[str] = None,
+) -> ProcessGroupCollection:
     """Create this rank's TP/CP/DP/DP x CP/PP groups with ``torch.distributed.new_group``.
 
     Must be called on every rank of an initialised default group, with the same
@@ -147,8 +157,9 @@ def build_pg_collection(world_size: Optional[int] = None, tensor_model_parallel_
         raise ConfigError(f"world_size {world} differs from torch.distributed's {actual}")
     me = dist.get_rank()
     mine: dict[str, Any] = {}
-    for kind, members in layout_groups(world, tensor_model_parallel_size, context_parallel_size,
-                                       pipeline_model_parallel_size).items():
+    for kind, members in layout_groups(
+        world, tensor_model_parallel_size, context_parallel_size, pipeline_model_parallel_size
+    ).items():
         for ranks in members:
             group = dist.new_group(list(ranks), backend=backend)
             if me in ranks:

@@ -29,8 +29,7 @@ from tokenloom.packing.groups import group_size, require_groups
 DROPPED_KEYS = ("cu_seqlens", "batch_idx", "max_seqlen")
 
 
-def split_packed(batch: list[dict[str, torch.Tensor]]
-                 ) -> list[tuple[int, dict[str, torch.Tensor]]]:
+def split_packed(batch: list[dict[str, torch.Tensor]]) -> list[tuple[int, dict[str, torch.Tensor]]]:
     """Cut packed samples into ``(length, sub-sample)`` pairs, empty ones skipped."""
     out = []
     for index, sample in enumerate(batch):
@@ -42,29 +41,46 @@ def split_packed(batch: list[dict[str, torch.Tensor]]
             )
         bounds = [int(v) for v in sample["cu_seqlens"].reshape(-1).tolist()]
         if any(b > a for a, b in zip(bounds[1:], bounds)) or (bounds and bounds[0] < 0):
-            raise PackingError(f"batch item {index}: cu_seqlens {bounds} must start at >= 0 "
-                               "and never decrease")
+            raise PackingError(
+                f"batch item {index}: cu_seqlens {bounds} must start at >= 0 and never decrease"
+            )
         for start, end in zip(bounds, bounds[1:]):
             if end == start:
                 continue
-            out.append((end - start, {key: value[start:end] for key, value in sample.items()
-                                      if key not in DROPPED_KEYS}))
+            out.append(
+                (
+                    end - start,
+                    {
+                        key: value[start:end]
+                        for key, value in sample.items()
+                        if key not in DROPPED_KEYS
+                    },
+                )
+            )
     return out
 
 
 class HybridCPDataLoaderWrapper:
     """Wrap a data iterator of packed batches; yield ``(samples, sample_id_groups)``."""
 
-    def __init__(self, data_iterator: Optional[Iterator[Any]], config: Any,
-                 pg_collection: Any = None, *, device: Any = None) -> None:
+    def __init__(
+        self,
+        data_iterator: Optional[Iterator[Any]],
+        config: Any,
+        pg_collection: Any = None,
+        *,
+        device: Any = None,
+    ) -> None:
         groups = require_groups(pg_collection, ("dp_cp", "dp", "tp"))
         self.data_iterator = data_iterator
         self.config = config
         self.dp_cp_group, self.dp_group, self.tp_group = groups["dp_cp"], groups["dp"], groups["tp"]
         limit = getattr(config, "max_seqlen_per_dp_cp_rank", None)
         if limit is None:
-            raise ConfigError("config.max_seqlen_per_dp_cp_rank is required by "
-                              "HybridCPDataLoaderWrapper (tokens one rank can hold)")
+            raise ConfigError(
+                "config.max_seqlen_per_dp_cp_rank is required by "
+                "HybridCPDataLoaderWrapper (tokens one rank can hold)"
+            )
         self.cp_balancing_scheduler = BalancedCPScheduler(limit, self.dp_cp_group)
         self.total_hdp_gpus = group_size(self.dp_cp_group)
         self.device = resolve_device(device, self.dp_cp_group)
@@ -77,13 +93,16 @@ class HybridCPDataLoaderWrapper:
             return None, None
         batch = next(self.data_iterator)
         if not isinstance(batch, (list, tuple)) or not batch:
-            raise PackingError(f"each item of the data iterator must be a non-empty list of "
-                               f"packed samples, got {type(batch).__name__}")
+            raise PackingError(
+                f"each item of the data iterator must be a non-empty list of "
+                f"packed samples, got {type(batch).__name__}"
+            )
         pieces = split_packed(list(batch))
         lengths, offsets = gather_lengths([n for n, _ in pieces], self.dp_group, self.device)
         global_id_seqlens = [(gid, n) for gid, n in enumerate(lengths)]
         _, sample_id_groups = self.cp_balancing_scheduler.get_groups_and_subsamples(
-            global_id_seqlens, self.config)
+            global_id_seqlens, self.config
+        )
         route = Route(sample_id_groups, offsets, self.dp_group, self.dp_cp_group)
         first = offsets[route.my_dp]
         local = {first + i: piece for i, (_, piece) in enumerate(pieces)}

@@ -41,17 +41,25 @@ class PackedSeqParams:
     """Per-token sequence index, ``[1, total_tokens]`` int32 (Mamba's packed kernels)."""
 
     def __post_init__(self) -> None:
-        boundaries = (self.cu_seqlens_q_padded if self.cu_seqlens_q_padded is not None
-                      else self.cu_seqlens_q)
-        if self.seq_idx is None and isinstance(boundaries, torch.Tensor) \
-                and self.total_tokens is not None:
+        boundaries = (
+            self.cu_seqlens_q_padded if self.cu_seqlens_q_padded is not None else self.cu_seqlens_q
+        )
+        if (
+            self.seq_idx is None
+            and isinstance(boundaries, torch.Tensor)
+            and self.total_tokens is not None
+        ):
             self.seq_idx = sequence_index(boundaries, int(self.total_tokens))
 
 
 def sequence_index(cu_seqlens: torch.Tensor, total_tokens: int) -> torch.Tensor:
     """Sequence number of each of ``total_tokens`` tokens given the boundaries ``cu_seqlens``."""
-    ends = torch.cat([cu_seqlens.reshape(-1).to(torch.int64),
-                      torch.tensor([total_tokens], dtype=torch.int64, device=cu_seqlens.device)])
+    ends = torch.cat(
+        [
+            cu_seqlens.reshape(-1).to(torch.int64),
+            torch.tensor([total_tokens], dtype=torch.int64, device=cu_seqlens.device),
+        ]
+    )
     lengths = (ends[1:] - ends[:-1]).clamp(min=0)
     numbers = torch.arange(lengths.numel(), device=cu_seqlens.device)
     return torch.repeat_interleave(numbers, lengths).to(torch.int32).unsqueeze(0)

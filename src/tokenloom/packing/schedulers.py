@@ -39,8 +39,9 @@ def check_lengths(sample_id_seqlens: Sequence[tuple[Any, int]], cap: int, what: 
             raise PackingError(f"sample_id_seqlens[{position}] must be (sample_id, seqlen)")
         sample_id, seqlen = entry
         if isinstance(seqlen, bool) or not isinstance(seqlen, numbers.Integral) or seqlen < 0:
-            raise PackingError(f"sample {sample_id!r} has length {seqlen!r}; lengths must be "
-                               "ints >= 0")
+            raise PackingError(
+                f"sample {sample_id!r} has length {seqlen!r}; lengths must be ints >= 0"
+            )
         if seqlen > cap:
             raise PackingError(
                 f"sample {sample_id!r} (position {position}) has {seqlen} tokens, more than "
@@ -52,13 +53,21 @@ def check_lengths(sample_id_seqlens: Sequence[tuple[Any, int]], cap: int, what: 
 class BasePackingScheduler:
     """Base of the packing schedulers: the constructor, required keys and ``run()``."""
 
-    def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
-                 microbatch_group_size_per_vp_stage: Optional[int]) -> None:
+    def __init__(
+        self,
+        max_seqlen_per_dp_cp_rank: int,
+        cp_size: int,
+        dp_size: int,
+        microbatch_group_size_per_vp_stage: Optional[int],
+    ) -> None:
         _positive("max_seqlen_per_dp_cp_rank", max_seqlen_per_dp_cp_rank)
         _positive("cp_size", cp_size)
         _positive("dp_size", dp_size)
-        _positive("microbatch_group_size_per_vp_stage", microbatch_group_size_per_vp_stage,
-                  allow_none=True)
+        _positive(
+            "microbatch_group_size_per_vp_stage",
+            microbatch_group_size_per_vp_stage,
+            allow_none=True,
+        )
         self.max_seqlen_per_dp_cp_rank = int(max_seqlen_per_dp_cp_rank)
         self.cp_size = int(cp_size)
         self.dp_size = int(dp_size)
@@ -74,8 +83,7 @@ class BasePackingScheduler:
         """Keys every sub-sample must carry."""
         return list(steps.TOKEN_KEYS + steps.LENGTH_KEYS)
 
-    def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]
-                                  ) -> Schedule:
+    def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> Schedule:
         """Schedule the sequences: ``[microbatch][dcp_rank] -> positions``."""
         raise NotImplementedError
 
@@ -83,11 +91,25 @@ class BasePackingScheduler:
         """Lay groups out as ``[microbatch][dcp_rank]``: DP rank d of microbatch i gets
         group ``i * dp_size + d``, shared by its CP ranks."""
         count = len(packed_groups) // self.dp_size
-        return [[packed_groups[i * self.dp_size + j // self.cp_size]
-                 for j in range(self.cp_size * self.dp_size)] for i in range(count)]
+        return [
+            [
+                packed_groups[i * self.dp_size + j // self.cp_size]
+                for j in range(self.cp_size * self.dp_size)
+            ]
+            for i in range(count)
+        ]
 
-    def run(self, data_iterator: Any, num_microbatches: int, dp_group: Any, tp_group: Any,
-            pp_group: Any, dp_cp_group: Any, dev: Any, config: Any) -> RunResult:
+    def run(
+        self,
+        data_iterator: Any,
+        num_microbatches: int,
+        dp_group: Any,
+        tp_group: Any,
+        pp_group: Any,
+        dp_cp_group: Any,
+        dev: Any,
+        config: Any,
+    ) -> RunResult:
         """Fetch, schedule, reroute, pack and broadcast one global batch.
 
         Returns ``(new_data_iterator, num_micro_batches, seqlen_sum, seqlen_squared_sum)``.
@@ -99,53 +121,80 @@ class BasePackingScheduler:
         scalars: list[Any] = [None, None, None]
         if data_iterator is not None:
             samples, scalars = self._schedule_and_pack(
-                data_iterator, num_microbatches, dp_group, tp_group, dp_cp_group, device)
+                data_iterator, num_microbatches, dp_group, tp_group, dp_cp_group, device
+            )
         if group_rank(tp_group) == 0:
-            samples, scalars = steps.broadcast_to_middle_stages(samples, scalars, pp_group,
-                                                                device)
+            samples, scalars = steps.broadcast_to_middle_stages(samples, scalars, pp_group, device)
             if scalars[0] is None:
-                raise ConfigError("TP rank 0 of the first and the last pipeline stage needs a "
-                                  "data iterator (it got None)")
-        scalars = broadcast_scalars(scalars if group_rank(tp_group) == 0 else [0, 0, 0],
-                                    tp_group, device)
+                raise ConfigError(
+                    "TP rank 0 of the first and the last pipeline stage needs a "
+                    "data iterator (it got None)"
+                )
+        scalars = broadcast_scalars(
+            scalars if group_rank(tp_group) == 0 else [0, 0, 0], tp_group, device
+        )
         count = int(scalars[0])
-        iterators = steps.make_iterators(samples, pp_group, tp_group,
-                                         vpp if vpp is not None and vpp > 1 else None)
+        iterators = steps.make_iterators(
+            samples, pp_group, tp_group, vpp if vpp is not None and vpp > 1 else None
+        )
         return iterators, count, float(scalars[1]), float(scalars[2])
 
-    def _stage_iterator(self, data_iterator: Any, vpp: Optional[int], pp_group: Any,
-                        tp_group: Any) -> Any:
+    def _stage_iterator(
+        self, data_iterator: Any, vpp: Optional[int], pp_group: Any, tp_group: Any
+    ) -> Any:
         stage, last = group_rank(pp_group), group_size(pp_group) - 1
         if vpp is not None and vpp > 1:
             if not isinstance(data_iterator, (list, tuple)) or len(data_iterator) != vpp:
-                raise ConfigError(f"with virtual_pipeline_model_parallel_size {vpp} the data "
-                                  f"iterator must be a list of {vpp} (one per vp stage)")
-            data_iterator = data_iterator[0] if stage == 0 else (
-                data_iterator[-1] if stage == last else None)
+                raise ConfigError(
+                    f"with virtual_pipeline_model_parallel_size {vpp} the data "
+                    f"iterator must be a list of {vpp} (one per vp stage)"
+                )
+            data_iterator = (
+                data_iterator[0] if stage == 0 else (data_iterator[-1] if stage == last else None)
+            )
         if data_iterator is not None and (group_rank(tp_group) != 0 or stage not in (0, last)):
-            raise ConfigError("only TP rank 0 of the first and the last pipeline stage may have "
-                              f"a data iterator; this rank is TP {group_rank(tp_group)}, PP "
-                              f"stage {stage}: pass None here")
+            raise ConfigError(
+                "only TP rank 0 of the first and the last pipeline stage may have "
+                f"a data iterator; this rank is TP {group_rank(tp_group)}, PP "
+                f"stage {stage}: pass None here"
+            )
         return data_iterator
 
-    def _schedule_and_pack(self, data_iterator: Any, num_microbatches: int, dp_group: Any,
-                           tp_group: Any, dp_cp_group: Any, device: torch.device
-                           ) -> tuple[list[steps.Sample], list[Any]]:
+    def _schedule_and_pack(
+        self,
+        data_iterator: Any,
+        num_microbatches: int,
+        dp_group: Any,
+        tp_group: Any,
+        dp_cp_group: Any,
+        device: torch.device,
+    ) -> tuple[list[steps.Sample], list[Any]]:
         batch = steps.unpack_batch(steps.fetch_items(data_iterator, num_microbatches))
         steps.check_required_keys(batch, self.get_required_sample_keys())
         lengths, offsets = steps.global_lengths(batch, dp_group, device)
         schedule = self.get_groups_and_subsamples([(g, n) for g, n in enumerate(lengths)])
         placed = {int(i) for microbatch in schedule for ids in microbatch for i in ids}
         if placed != set(range(len(lengths))):
-            raise PackingError(f"the schedule covers {len(placed)} of {len(lengths)} "
-                               "sub-samples; every sub-sample must be placed exactly once")
+            raise PackingError(
+                f"the schedule covers {len(placed)} of {len(lengths)} "
+                "sub-samples; every sub-sample must be placed exactly once"
+            )
         route = Route(schedule, offsets, dp_group, dp_cp_group)
         local = {offsets[route.my_dp] + i: s for i, s in enumerate(batch)}
-        received = reroute(local, lengths, route, dp_cp_group, device, steps.DTYPES,
-                           one_element_keys=steps.LENGTH_KEYS)
+        received = reroute(
+            local,
+            lengths,
+            route,
+            dp_cp_group,
+            device,
+            steps.DTYPES,
+            one_element_keys=steps.LENGTH_KEYS,
+        )
         me = route.me
-        packed = [steps.pack([received[int(i)] for i in microbatch[me]], device)
-                  for microbatch in schedule]
+        packed = [
+            steps.pack([received[int(i)] for i in microbatch[me]], device)
+            for microbatch in schedule
+        ]
         return packed, [len(schedule), float(sum(lengths)), float(sum(n * n for n in lengths))]
 
 
@@ -161,10 +210,10 @@ class DpBalancedScheduler(BasePackingScheduler):
     group of its own, or an empty group before it when it comes first).
     """
 
-    def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]
-                                  ) -> Schedule:
-        check_lengths(sample_id_seqlens, self.max_seq_len_all_ranks,
-                      "max_seqlen_per_dp_cp_rank x cp_size")
+    def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> Schedule:
+        check_lengths(
+            sample_id_seqlens, self.max_seq_len_all_ranks, "max_seqlen_per_dp_cp_rank x cp_size"
+        )
         groups: list[list[int]] = []
         current: list[int] = []
         total = 0

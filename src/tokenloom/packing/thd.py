@@ -18,22 +18,27 @@ from tokenloom.errors import PackingError
 PAD_VALUES = {"tokens": 0, "labels": 0, "loss_mask": 0.0, "position_ids": 0}
 
 
-def _check_partition_args(cu_seqlens: torch.Tensor, total_tokens: int, cp_size: int,
-                          cp_rank: int) -> None:
+def _check_partition_args(
+    cu_seqlens: torch.Tensor, total_tokens: int, cp_size: int, cp_rank: int
+) -> None:
     if cu_seqlens.dtype != torch.int32:
         raise PackingError(f"cu_seqlens_padded must be int32, got {cu_seqlens.dtype}")
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
-        raise PackingError("cu_seqlens_padded must be 1-D with at least 2 entries, got shape "
-                           f"{tuple(cu_seqlens.shape)}")
+        raise PackingError(
+            "cu_seqlens_padded must be 1-D with at least 2 entries, got shape "
+            f"{tuple(cu_seqlens.shape)}"
+        )
     if cp_size < 1 or not 0 <= cp_rank < cp_size:
         raise PackingError(f"cp_rank {cp_rank} is out of range for cp_size {cp_size}")
     if total_tokens <= 0 or total_tokens % (2 * cp_size):
-        raise PackingError(f"total_tokens {total_tokens} must be > 0 and a multiple of "
-                           f"2 * cp_size = {2 * cp_size}")
+        raise PackingError(
+            f"total_tokens {total_tokens} must be > 0 and a multiple of 2 * cp_size = {2 * cp_size}"
+        )
 
 
-def thd_partitioned_indices(cu_seqlens_padded: torch.Tensor, total_tokens: int, cp_size: int,
-                            cp_rank: int) -> torch.Tensor:
+def thd_partitioned_indices(
+    cu_seqlens_padded: torch.Tensor, total_tokens: int, cp_size: int, cp_rank: int
+) -> torch.Tensor:
     """Token positions CP rank ``cp_rank`` holds of a THD batch (int32, ``total/cp`` long)."""
     _check_partition_args(cu_seqlens_padded, total_tokens, cp_size, cp_rank)
     bounds = cu_seqlens_padded.to(device="cpu", dtype=torch.int64)
@@ -47,8 +52,9 @@ def thd_partitioned_indices(cu_seqlens_padded: torch.Tensor, total_tokens: int, 
             f"2 * cp_size = {chunks}; pad every sequence to a multiple of {chunks} tokens"
         )
     if int(bounds[-1]) != total_tokens:
-        raise PackingError(f"total_tokens {total_tokens} differs from cu_seqlens_padded[-1] "
-                           f"{int(bounds[-1])}")
+        raise PackingError(
+            f"total_tokens {total_tokens} differs from cu_seqlens_padded[-1] {int(bounds[-1])}"
+        )
     chunk = lengths // chunks
     starts = bounds[:-1]
     first_start = starts + cp_rank * chunk
@@ -56,15 +62,19 @@ def thd_partitioned_indices(cu_seqlens_padded: torch.Tensor, total_tokens: int, 
     spans = torch.stack([first_start, second_start], dim=1).reshape(-1)
     sizes = chunk.repeat_interleave(2)
     offsets = torch.arange(int(sizes.sum())) - torch.repeat_interleave(
-        torch.cumsum(sizes, 0) - sizes, sizes)
+        torch.cumsum(sizes, 0) - sizes, sizes
+    )
     index = torch.repeat_interleave(spans, sizes) + offsets
     return index.to(device=cu_seqlens_padded.device, dtype=torch.int32)
 
 
 def thd_padding_mask(cu_seqlens: torch.Tensor, cu_seqlens_padded: torch.Tensor) -> torch.Tensor:
     """Bool mask over the packed buffer, True on the padded slots of every sequence."""
-    if cu_seqlens.dim() != 1 or cu_seqlens_padded.dim() != 1 \
-            or cu_seqlens.numel() != cu_seqlens_padded.numel():
+    if (
+        cu_seqlens.dim() != 1
+        or cu_seqlens_padded.dim() != 1
+        or cu_seqlens.numel() != cu_seqlens_padded.numel()
+    ):
         raise PackingError(
             f"cu_seqlens {tuple(cu_seqlens.shape)} and cu_seqlens_padded "
             f"{tuple(cu_seqlens_padded.shape)} must be 1-D with the same number of entries"
@@ -74,8 +84,7 @@ def thd_padding_mask(cu_seqlens: torch.Tensor, cu_seqlens_padded: torch.Tensor) 
         return torch.zeros(0, dtype=torch.bool, device=cu_seqlens.device)
     if cu_seqlens.numel() < 2:
         return torch.ones(total, dtype=torch.bool, device=cu_seqlens.device)
-    positions = torch.arange(total, dtype=cu_seqlens_padded.dtype,
-                             device=cu_seqlens_padded.device)
+    positions = torch.arange(total, dtype=cu_seqlens_padded.dtype, device=cu_seqlens_padded.device)
     sequence = torch.searchsorted(cu_seqlens_padded[1:].contiguous(), positions, right=True)
     valid = (cu_seqlens[1:] - cu_seqlens[:-1]).clamp(min=0)
     valid_end = cu_seqlens_padded[:-1] + valid

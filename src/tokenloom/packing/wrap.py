@@ -21,8 +21,7 @@ def make_scheduler(config: Any, cp_size: int, dp_size: int) -> BasePackingSchedu
     """The scheduler ``config.sequence_packing_scheduler`` names, built from ``config``."""
     name = str(getattr(config, "sequence_packing_scheduler", "dp_balanced")).lower()
     if name not in SCHEDULERS:
-        raise ConfigError(f"sequence_packing_scheduler {name!r} is not one of "
-                          f"{sorted(SCHEDULERS)}")
+        raise ConfigError(f"sequence_packing_scheduler {name!r} is not one of {sorted(SCHEDULERS)}")
     limit = getattr(config, "max_seqlen_per_dp_cp_rank", None)
     if limit is None:
         raise ConfigError("config.max_seqlen_per_dp_cp_rank is required for sequence packing")
@@ -31,9 +30,15 @@ def make_scheduler(config: Any, cp_size: int, dp_size: int) -> BasePackingSchedu
     return SCHEDULERS[name](limit, cp_size, dp_size, group)
 
 
-def wrap_data_iterator(data_iterator: Any, config: Any, num_microbatches: int,
-                       pg_collection: Any = None, *, device: Any = None,
-                       scheduler: Optional[BasePackingScheduler] = None) -> RunResult:
+def wrap_data_iterator(
+    data_iterator: Any,
+    config: Any,
+    num_microbatches: int,
+    pg_collection: Any = None,
+    *,
+    device: Any = None,
+    scheduler: Optional[BasePackingScheduler] = None,
+) -> RunResult:
     """Schedule one global batch over DP x CP and return Megatron's 4-tuple.
 
     ``(iterator, num_microbatches, seqlen_sum, seqlen_squared_sum)``: the iterator (a
@@ -45,12 +50,25 @@ def wrap_data_iterator(data_iterator: Any, config: Any, num_microbatches: int,
     groups = require_groups(pg_collection, ("dp_cp", "dp", "tp", "pp"))
     dp_size, dcp_size = group_size(groups["dp"]), group_size(groups["dp_cp"])
     if dcp_size % dp_size:
-        raise ConfigError(f"the DP x CP group ({dcp_size} ranks) is not a multiple of the DP "
-                          f"group ({dp_size} ranks)")
-    if isinstance(num_microbatches, bool) or not isinstance(num_microbatches, int) \
-            or num_microbatches < 1:
+        raise ConfigError(
+            f"the DP x CP group ({dcp_size} ranks) is not a multiple of the DP "
+            f"group ({dp_size} ranks)"
+        )
+    if (
+        isinstance(num_microbatches, bool)
+        or not isinstance(num_microbatches, int)
+        or num_microbatches < 1
+    ):
         raise ConfigError(f"num_microbatches must be a positive int, got {num_microbatches!r}")
     chosen = scheduler or make_scheduler(config, dcp_size // dp_size, dp_size)
     dev = resolve_device(device, groups["dp_cp"])
-    return chosen.run(data_iterator, num_microbatches, groups["dp"], groups["tp"],
-                      groups["pp"], groups["dp_cp"], dev, config)
+    return chosen.run(
+        data_iterator,
+        num_microbatches,
+        groups["dp"],
+        groups["tp"],
+        groups["pp"],
+        groups["dp_cp"],
+        dev,
+        config,
+    )

@@ -42,10 +42,10 @@ def write_documents(builder: IndexedDatasetBuilder, out: KeyOutput) -> None:
     for stop in odd:
         if stop > doc:  # documents doc..stop-1 have one sequence each
             a, b = seq_starts[doc], seq_starts[stop]
-            builder.add_flat_documents(tokens[tok_starts[a]:tok_starts[b]], lengths[a:b])
+            builder.add_flat_documents(tokens[tok_starts[a] : tok_starts[b]], lengths[a:b])
         if stop < counts.shape[0]:
             a, b = seq_starts[stop], seq_starts[stop + 1]
-            builder.add_document(tokens[tok_starts[a]:tok_starts[b]], lengths[a:b])
+            builder.add_document(tokens[tok_starts[a] : tok_starts[b]], lengths[a:b])
         doc = stop + 1
 
 
@@ -53,26 +53,41 @@ def _select(out: KeyOutput, mask: numpy.ndarray) -> KeyOutput:
     """The documents of ``out`` where ``mask`` is True."""
     seq_mask = numpy.repeat(mask, out.sequence_counts)
     tok_mask = numpy.repeat(seq_mask, out.sequence_lengths)
-    return KeyOutput(out.tokens[tok_mask], out.sequence_lengths[seq_mask],
-                     out.sequence_counts[mask], out.lines[mask])
+    return KeyOutput(
+        out.tokens[tok_mask],
+        out.sequence_lengths[seq_mask],
+        out.sequence_counts[mask],
+        out.lines[mask],
+    )
 
 
 class Outputs:
     """Builders for every key (and partition), the counts, and the log lines."""
 
-    def __init__(self, prefixes: dict[str, str], dtype: Any, summary: PreprocessSummary,
-                 bar: Any, partitions: int = 1, log_interval: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        prefixes: dict[str, str],
+        dtype: Any,
+        summary: PreprocessSummary,
+        bar: Any,
+        partitions: int = 1,
+        log_interval: Optional[int] = None,
+    ) -> None:
         self.prefixes, self.summary, self.bar, self.dtype = prefixes, summary, bar, dtype
         self.partitions = max(int(partitions), 1)
         self.log_interval = log_interval
         self._parts: dict[str, list[str]] = {}
         self.builders: dict[str, list[IndexedDatasetBuilder]] = {}
         for key, prefix in prefixes.items():
-            names = [prefix] if self.partitions == 1 else [
-                _part_prefix(prefix, part) for part in range(self.partitions)]
+            names = (
+                [prefix]
+                if self.partitions == 1
+                else [_part_prefix(prefix, part) for part in range(self.partitions)]
+            )
             self._parts[key] = names
-            self.builders[key] = [IndexedDatasetBuilder(get_bin_path(name), dtype=dtype)
-                                  for name in names]
+            self.builders[key] = [
+                IndexedDatasetBuilder(get_bin_path(name), dtype=dtype) for name in names
+            ]
         self.started = time.perf_counter()
         self._file, self._file_base, self._file_lines = "", 0, 0
         self._logged = 0
@@ -106,15 +121,19 @@ class Outputs:
 
     def _progress(self, chunk: EncodedChunk) -> None:
         elapsed = max(time.perf_counter() - self.started, 1e-9)
-        self.bar.set_postfix_str(f"{self.summary.documents:,} docs, "
-                                 f"{self.summary.tokens / elapsed:,.0f} tok/s", refresh=False)
+        self.bar.set_postfix_str(
+            f"{self.summary.documents:,} docs, {self.summary.tokens / elapsed:,.0f} tok/s",
+            refresh=False,
+        )
         self.bar.update(chunk.disk_bytes or chunk.nbytes)
         records = self.summary.line_count
         if self.log_interval and records // self.log_interval > self._logged:
             self._logged = records // self.log_interval
-            sys.stderr.write(f"Processed {records:,} records ({records / elapsed:,.0f} "
-                             f"records/s, {self.summary.nbytes / elapsed / (1 << 20):.2f} "
-                             "MiB/s).\n")
+            sys.stderr.write(
+                f"Processed {records:,} records ({records / elapsed:,.0f} "
+                f"records/s, {self.summary.nbytes / elapsed / (1 << 20):.2f} "
+                "MiB/s).\n"
+            )
             sys.stderr.flush()
 
     def finalize(self, extra_files: Optional[dict[str, dict[str, bytes]]] = None) -> None:

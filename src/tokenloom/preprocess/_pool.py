@@ -26,8 +26,12 @@ _STOP = None
 _JOIN_S = 2.0
 
 
-def worker_main(conn: Connection, initializer: Callable[..., None], initargs: tuple[Any, ...],
-                function: Callable[[Any], Any]) -> None:
+def worker_main(
+    conn: Connection,
+    initializer: Callable[..., None],
+    initargs: tuple[Any, ...],
+    function: Callable[[Any], Any],
+) -> None:
     """Body of a worker process: run ``function`` on each task until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     try:
@@ -68,8 +72,12 @@ class _Worker:
     def __init__(self, number: int, context, target_args: tuple[Any, ...]) -> None:
         self.number = number
         self.conn, child = context.Pipe(duplex=True)
-        self.process = context.Process(target=worker_main, args=(child,) + target_args,
-                                       name=f"tokenloom-preprocess-{number}", daemon=True)
+        self.process = context.Process(
+            target=worker_main,
+            args=(child,) + target_args,
+            name=f"tokenloom-preprocess-{number}",
+            daemon=True,
+        )
         self.process.start()
         child.close()
         self.task: Optional[tuple[int, Any]] = None  # (seq, description) in flight
@@ -80,9 +88,15 @@ class WorkerPool:
 
     ``describe(item)`` names an item in errors (e.g. "input.jsonl from line 1201")."""
 
-    def __init__(self, workers: int, context, initializer: Callable[..., None],
-                 initargs: tuple[Any, ...], function: Callable[[Any], Any],
-                 describe: Callable[[Any], str] = repr) -> None:
+    def __init__(
+        self,
+        workers: int,
+        context,
+        initializer: Callable[..., None],
+        initargs: tuple[Any, ...],
+        function: Callable[[Any], Any],
+        describe: Callable[[Any], str] = repr,
+    ) -> None:
         self._describe = describe
         self._workers: list[_Worker] = []
         try:
@@ -144,13 +158,21 @@ class WorkerPool:
     def _died(self, worker: _Worker) -> PreprocessError:
         worker.process.join(_JOIN_S)
         code = worker.process.exitcode
-        how = (f"was killed by signal {signal.Signals(-code).name}" if code is not None
-               and code < 0 else f"exited with code {code}")
+        how = (
+            f"was killed by signal {signal.Signals(-code).name}"
+            if code is not None and code < 0
+            else f"exited with code {code}"
+        )
         task = worker.task[1] if worker.task is not None else "no chunk"
-        hint = " (SIGKILL: often the out-of-memory killer; try fewer --workers)" \
-            if code == -signal.SIGKILL else ""
-        return PreprocessError(f"preprocess worker {worker.number} (pid {worker.process.pid}) "
-                               f"{how} while encoding {task}{hint}; nothing was written")
+        hint = (
+            " (SIGKILL: often the out-of-memory killer; try fewer --workers)"
+            if code == -signal.SIGKILL
+            else ""
+        )
+        return PreprocessError(
+            f"preprocess worker {worker.number} (pid {worker.process.pid}) "
+            f"{how} while encoding {task}{hint}; nothing was written"
+        )
 
     def close(self) -> None:
         """Stop every worker: politely when idle, else SIGTERM, then SIGKILL; bounded."""

@@ -71,8 +71,9 @@ class BackgroundIterator:
 class BackgroundSink:
     """Feed items to ``consume`` in a thread; ``put`` blocks while ``maxsize`` items wait."""
 
-    def __init__(self, consume: Callable[[Any], None], maxsize: int = 4,
-                 name: str = "writer") -> None:
+    def __init__(
+        self, consume: Callable[[Any], None], maxsize: int = 4, name: str = "writer"
+    ) -> None:
         self._consume = consume
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(int(maxsize), 1))
         self._error: Optional[BaseException] = None

@@ -84,9 +84,11 @@ def _check_ids(flat: numpy.ndarray, tokenizer: Any, where: str) -> None:
     low, high = int(flat.min()), int(flat.max())
     if low < 0 or high >= int(tokenizer.vocab_size):
         bad = low if low < 0 else high
-        raise TokenizerError(f"{where}: the tokenizer produced id {bad}, outside its vocabulary "
-                             f"0..{int(tokenizer.vocab_size) - 1} ({tokenizer!r}); its "
-                             "vocab_size is wrong")
+        raise TokenizerError(
+            f"{where}: the tokenizer produced id {bad}, outside its vocabulary "
+            f"0..{int(tokenizer.vocab_size) - 1} ({tokenizer!r}); its "
+            "vocab_size is wrong"
+        )
 
 
 def _encode_texts(tokenizer: Any, texts: list) -> Callable[[], tuple]:
@@ -104,8 +106,9 @@ def _encode_texts(tokenizer: Any, texts: list) -> Callable[[], tuple]:
     return lambda: (flat, lengths)
 
 
-def _documents(flat: numpy.ndarray, text_lengths: numpy.ndarray, counts: numpy.ndarray,
-               eod: Optional[int]) -> tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
+def _documents(
+    flat: numpy.ndarray, text_lengths: numpy.ndarray, counts: numpy.ndarray, eod: Optional[int]
+) -> tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
     """Megatron's rules: (tokens, sequence lengths, sequences per document)."""
     text_lengths = numpy.asarray(text_lengths, dtype=numpy.int64)
     nonzero = text_lengths > 0
@@ -121,19 +124,21 @@ def _documents(flat: numpy.ndarray, text_lengths: numpy.ndarray, counts: numpy.n
     return flat, lengths, per_doc
 
 
-def _apply_empty_policy(out: KeyOutput, key: str, parsed: ParsedChunk,
-                        policy: Policy) -> KeyOutput:
+def _apply_empty_policy(out: KeyOutput, key: str, parsed: ParsedChunk, policy: Policy) -> KeyOutput:
     empty = out.sequence_counts == 0
     if policy.on_empty == KEEP or not empty.any():
         return out
     if policy.on_empty == FAIL:
         line = int(out.lines[int(numpy.flatnonzero(empty)[0])])
-        raise PreprocessError(f"{parsed.path}:{line}: the document under key {key!r} is empty "
-                              "(it encodes to zero tokens); remove it, or pass --on-empty keep "
-                              "(Megatron's rule) or skip")
+        raise PreprocessError(
+            f"{parsed.path}:{line}: the document under key {key!r} is empty "
+            "(it encodes to zero tokens); remove it, or pass --on-empty keep "
+            "(Megatron's rule) or skip"
+        )
     parsed.skipped[("empty", key)] += int(empty.sum())
-    return KeyOutput(out.tokens, out.sequence_lengths, out.sequence_counts[~empty],
-                     out.lines[~empty])
+    return KeyOutput(
+        out.tokens, out.sequence_lengths, out.sequence_counts[~empty], out.lines[~empty]
+    )
 
 
 @dataclass
@@ -146,23 +151,34 @@ class PendingChunk:
 
 def start_encoding(parsed: ParsedChunk, tokenizer: Any) -> PendingChunk:
     """The tokenizer's batch call for every key of ``parsed`` (the expensive, GIL-free part)."""
-    return PendingChunk(parsed, {key: _encode_texts(tokenizer, texts)
-                                 for key, texts in parsed.texts.items()})
+    return PendingChunk(
+        parsed, {key: _encode_texts(tokenizer, texts) for key, texts in parsed.texts.items()}
+    )
 
 
 def finish_encoding(pending: PendingChunk, tokenizer: Any, spec: EncodeSpec) -> EncodedChunk:
     """Convert the tokenizer's output to per-key arrays in ``spec.dtype`` (Megatron's rules)."""
     parsed = pending.parsed
-    out = EncodedChunk(parsed.path, {}, first_line=parsed.first_line,
-                       line_count=parsed.line_count, blank_lines=parsed.blank_lines,
-                       nbytes=parsed.nbytes, disk_bytes=parsed.disk_bytes)
+    out = EncodedChunk(
+        parsed.path,
+        {},
+        first_line=parsed.first_line,
+        line_count=parsed.line_count,
+        blank_lines=parsed.blank_lines,
+        nbytes=parsed.nbytes,
+        disk_bytes=parsed.disk_bytes,
+    )
     for key, finish in pending.finishers.items():
         flat, text_lengths = finish()
         _check_ids(flat, tokenizer, f"{parsed.path} (key {key!r})")
         counts = numpy.asarray(parsed.counts[key], dtype=numpy.int64)
         tokens, lengths, per_doc = _documents(numpy.asarray(flat), text_lengths, counts, spec.eod)
-        result = KeyOutput(tokens.astype(spec.dtype, copy=False), lengths, per_doc,
-                           numpy.asarray(parsed.lines[key], dtype=numpy.int64))
+        result = KeyOutput(
+            tokens.astype(spec.dtype, copy=False),
+            lengths,
+            per_doc,
+            numpy.asarray(parsed.lines[key], dtype=numpy.int64),
+        )
         out.outputs[key] = _apply_empty_policy(result, key, parsed, spec.policy)
     out.skipped = parsed.skipped
     return out
@@ -196,5 +212,14 @@ def process_chunk(chunk: Any) -> EncodedChunk:
     return encoded
 
 
-__all__ = ["EncodeSpec", "KeyOutput", "EncodedChunk", "PendingChunk", "start_encoding",
-           "finish_encoding", "encode_parsed", "init_worker", "process_chunk"]
+__all__ = [
+    "EncodeSpec",
+    "KeyOutput",
+    "EncodedChunk",
+    "PendingChunk",
+    "start_encoding",
+    "finish_encoding",
+    "encode_parsed",
+    "init_worker",
+    "process_chunk",
+]

@@ -60,12 +60,16 @@ def expand_inputs(patterns: Sequence[str]) -> list[str]:
         if glob.has_magic(pattern):
             matches = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
             if not matches:
-                raise PreprocessError(f"--input {pattern!r} matches no files; check the pattern "
-                                      "(quote it so that the shell does not expand it)")
+                raise PreprocessError(
+                    f"--input {pattern!r} matches no files; check the pattern "
+                    "(quote it so that the shell does not expand it)"
+                )
             files.extend(matches)
         elif os.path.isdir(pattern):
-            raise PreprocessError(f"--input {pattern!r} is a directory; pass its files, e.g. "
-                                  f"'{os.path.join(pattern, '*.jsonl')}'")
+            raise PreprocessError(
+                f"--input {pattern!r} is a directory; pass its files, e.g. "
+                f"'{os.path.join(pattern, '*.jsonl')}'"
+            )
         elif not os.path.isfile(pattern):
             raise PreprocessError(f"--input {pattern!r}: no such file")
         else:
@@ -114,9 +118,11 @@ class _ZstdReader:
             if not block:
                 self._eof = True
                 if self._in_frame:
-                    raise PreprocessError(f"{self._path}: the zstd file is truncated (it ends "
-                                          "inside a compressed frame); re-copy or re-compress "
-                                          "it")
+                    raise PreprocessError(
+                        f"{self._path}: the zstd file is truncated (it ends "
+                        "inside a compressed frame); re-copy or re-compress "
+                        "it"
+                    )
                 break
             self._feed(block)
         out = bytes(self._buffer[:size])
@@ -131,9 +137,11 @@ def _zstd_reader(raw: IO[bytes], path: str) -> IO[bytes]:
     try:
         import zstandard
     except ImportError as error:
-        raise PreprocessError(f"{path} is zstandard-compressed but the 'zstandard' package is not "
-                              "installed: pip install 'tokenloom[compression]' (or decompress "
-                              "the file first with `zstd -d`)") from error
+        raise PreprocessError(
+            f"{path} is zstandard-compressed but the 'zstandard' package is not "
+            "installed: pip install 'tokenloom[compression]' (or decompress "
+            "the file first with `zstd -d`)"
+        ) from error
     return _ZstdReader(zstandard, raw, path)  # type: ignore[return-value]
 
 
@@ -164,15 +172,18 @@ def _read(stream: IO[bytes], size: int, path: str, kind: str) -> bytes:
     try:
         return stream.read(size)
     except EOFError as error:
-        raise PreprocessError(f"{path}: the {kind} file is truncated ({error}); re-copy or "
-                              "re-compress it") from error
+        raise PreprocessError(
+            f"{path}: the {kind} file is truncated ({error}); re-copy or re-compress it"
+        ) from error
     except (OSError, lzma.LZMAError) as error:
-        raise PreprocessError(f"{path}: cannot decompress ({kind}): {error}; the file is "
-                              "truncated or corrupt") from error
+        raise PreprocessError(
+            f"{path}: cannot decompress ({kind}): {error}; the file is truncated or corrupt"
+        ) from error
     except Exception as error:  # zstandard.ZstdError derives from Exception only
         if type(error).__module__.startswith("zstandard"):
-            raise PreprocessError(f"{path}: cannot decompress (zstd): {error}; the file is "
-                                  "truncated or corrupt") from error
+            raise PreprocessError(
+                f"{path}: cannot decompress (zstd): {error}; the file is truncated or corrupt"
+            ) from error
         raise
 
 
@@ -219,12 +230,15 @@ def _range_start(handle: IO[bytes], start: int) -> tuple[int, int]:
     return position, newlines + 1
 
 
-def iter_file_range_chunks(path: str, start: int, stop: int,
-                           chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[RawChunk]:
+def iter_file_range_chunks(
+    path: str, start: int, stop: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Iterator[RawChunk]:
     """Chunks of the lines of plain file ``path`` that start in ``[start, stop)``."""
     if detect_compression(path) != "none":
-        raise PreprocessError(f"{path}: byte ranges need an uncompressed file (this one is "
-                              f"{detect_compression(path)}); pass the whole file instead")
+        raise PreprocessError(
+            f"{path}: byte ranges need an uncompressed file (this one is "
+            f"{detect_compression(path)}); pass the whole file instead"
+        )
     if not 0 <= int(start) <= int(stop):
         raise PreprocessError(f"{path}: bad byte range [{start}, {stop})")
     with open(path, "rb") as handle:
@@ -252,5 +266,14 @@ def total_disk_bytes(paths: Sequence[str]) -> int:
     return sum(os.path.getsize(path) for path in paths)
 
 
-__all__ = ["RawChunk", "expand_inputs", "detect_compression", "open_input", "iter_file_chunks",
-           "iter_file_range_chunks", "iter_chunks", "total_disk_bytes", "DEFAULT_CHUNK_BYTES"]
+__all__ = [
+    "RawChunk",
+    "expand_inputs",
+    "detect_compression",
+    "open_input",
+    "iter_file_chunks",
+    "iter_file_range_chunks",
+    "iter_chunks",
+    "total_disk_bytes",
+    "DEFAULT_CHUNK_BYTES",
+]

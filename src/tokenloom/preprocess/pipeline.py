@@ -73,8 +73,9 @@ def output_prefix_for(output_prefix: str, key: str, level: str = "document") -> 
     return f"{os.fspath(output_prefix)}_{key}_{level}"
 
 
-def _run_in_process(chunks: Iterator[Any], tokenizer: Any, spec: EncodeSpec,
-                    sink: BackgroundSink) -> None:
+def _run_in_process(
+    chunks: Iterator[Any], tokenizer: Any, spec: EncodeSpec, sink: BackgroundSink
+) -> None:
     """Reader thread parses, this thread encodes, the sink's thread converts and writes."""
     parsed_chunks = (parse_any(chunk, spec) for chunk in chunks)
     reader = BackgroundIterator(parsed_chunks, maxsize=_QUEUE_DEPTH)
@@ -88,14 +89,16 @@ def _run_in_process(chunks: Iterator[Any], tokenizer: Any, spec: EncodeSpec,
         reader.close()
 
 
-def _consumer(outputs: Outputs, workers: int, tokenizer: Any,
-              spec: EncodeSpec) -> Callable[[Any], None]:
+def _consumer(
+    outputs: Outputs, workers: int, tokenizer: Any, spec: EncodeSpec
+) -> Callable[[Any], None]:
     """What the writer thread does with each item: encoded chunks, or (one worker) pending ones."""
     if workers > 1:
         return outputs.write
 
     def finish_and_write(pending: PendingChunk) -> None:
         outputs.write(finish_encoding(pending, tokenizer, spec))
+
     return finish_and_write
 
 
@@ -104,8 +107,9 @@ def worker_context():
     workers fork from a server that has the preprocess modules imported), else ``spawn``."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["tokenloom.preprocess.encode",
-                                         "tokenloom.preprocess._pool"])
+        context.set_forkserver_preload(
+            ["tokenloom.preprocess.encode", "tokenloom.preprocess._pool"]
+        )
         return context
     return multiprocessing.get_context("spawn")
 
@@ -126,14 +130,20 @@ def _describe_chunk(chunk) -> str:
     return f"input shard {chunk.path} from line {chunk.first_line}"
 
 
-def _run_workers(chunks: Iterator[Any], tokenizer: Any, spec: EncodeSpec, sink: BackgroundSink,
-                 workers: int) -> None:
+def _run_workers(
+    chunks: Iterator[Any], tokenizer: Any, spec: EncodeSpec, sink: BackgroundSink, workers: int
+) -> None:
     """Chunks to a :class:`WorkerPool` (which never hangs on a dead worker or Ctrl-C)."""
     reader = BackgroundIterator(chunks, maxsize=2 * workers)
     try:
-        with WorkerPool(workers, worker_context(), init_worker,
-                        (tokenizer, spec), process_chunk,
-                        describe=_describe_chunk) as pool:
+        with WorkerPool(
+            workers,
+            worker_context(),
+            init_worker,
+            (tokenizer, spec),
+            process_chunk,
+            describe=_describe_chunk,
+        ) as pool:
             for encoded in pool.map(reader):
                 sink.put(encoded)
     finally:
@@ -154,25 +164,41 @@ def _resolve_tokenizer(tokenizer: Any, append_eod: bool) -> Any:
     if isinstance(tokenizer, str):
         tokenizer = load_tokenizer(tokenizer)
     if append_eod and getattr(tokenizer, "eod", None) is None:
-        raise TokenizerError(f"--append-eod needs an end-of-document token, but {tokenizer!r} has "
-                             "none; name one with --eod-token")
+        raise TokenizerError(
+            f"--append-eod needs an end-of-document token, but {tokenizer!r} has "
+            "none; name one with --eod-token"
+        )
     return tokenizer
 
 
 def _positive(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-            value) or int(value) != value or value < 1:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or int(value) != value
+        or value < 1
+    ):
         raise PreprocessError(f"{what} {value!r}: use a whole number of 1 or more")
     return int(value)
 
 
-def preprocess(inputs: Any, output_prefix: str, tokenizer: Any, *,
-               json_keys: Sequence[str] = ("text",), append_eod: bool = False,
-               workers: int = 1, policy: Optional[Policy] = None,
-               chunk_bytes: int = DEFAULT_CHUNK_BYTES, show_progress: Optional[bool] = None,
-               partitions: int = 1, keep_sequential_samples: bool = False,
-               sentence_splitter: Splitter = None,
-               log_interval: Optional[int] = None) -> PreprocessSummary:
+def preprocess(
+    inputs: Any,
+    output_prefix: str,
+    tokenizer: Any,
+    *,
+    json_keys: Sequence[str] = ("text",),
+    append_eod: bool = False,
+    workers: int = 1,
+    policy: Optional[Policy] = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    show_progress: Optional[bool] = None,
+    partitions: int = 1,
+    keep_sequential_samples: bool = False,
+    sentence_splitter: Splitter = None,
+    log_interval: Optional[int] = None,
+) -> PreprocessSummary:
     """Tokenize ``inputs`` into one ``.bin``/``.idx`` pair per JSON key (Megatron's bytes).
 
     Args:
@@ -199,9 +225,11 @@ def preprocess(inputs: Any, output_prefix: str, tokenizer: Any, *,
         log_interval: print a progress line to stderr every this many records.
     """
     keys, policy = _check_keys(json_keys), policy or Policy()
-    workers, partitions, chunk_bytes = (_positive(workers, "--workers"),
-                                        _positive(partitions, "--partitions"),
-                                        _positive(chunk_bytes, "chunk_bytes"))
+    workers, partitions, chunk_bytes = (
+        _positive(workers, "--workers"),
+        _positive(partitions, "--partitions"),
+        _positive(chunk_bytes, "chunk_bytes"),
+    )
     log_interval = None if log_interval is None else _positive(log_interval, "--log-interval")
     source = open_source(inputs, keys)
     if source.total_bytes:
@@ -209,16 +237,30 @@ def preprocess(inputs: Any, output_prefix: str, tokenizer: Any, *,
     tokenizer = _resolve_tokenizer(tokenizer, append_eod)
     started = time.perf_counter()  # throughput counts the pipeline, not the tokenizer's loading
     dtype = optimal_dtype(int(tokenizer.vocab_size))
-    spec = EncodeSpec(keys, policy, dtype, tokenizer.eod if append_eod else None,
-                      sentence_splitter)
+    spec = EncodeSpec(keys, policy, dtype, tokenizer.eod if append_eod else None, sentence_splitter)
     level = "document" if sentence_splitter is None else "sentence"
     prefixes = {key: output_prefix_for(output_prefix, key, level) for key in keys}
-    summary = PreprocessSummary(source.files, dtype_name(dtype), workers,
-                                {key: OutputStats(key, prefix) for key, prefix in prefixes.items()})
-    with progress(total=source.total_bytes, unit="B", unit_scale=True, desc="preprocess",
-                  enabled=show_progress) as bar:
-        outputs = Outputs(prefixes, dtype, summary, bar,
-                          1 if keep_sequential_samples else partitions, log_interval)
+    summary = PreprocessSummary(
+        source.files,
+        dtype_name(dtype),
+        workers,
+        {key: OutputStats(key, prefix) for key, prefix in prefixes.items()},
+    )
+    with progress(
+        total=source.total_bytes,
+        unit="B",
+        unit_scale=True,
+        desc="preprocess",
+        enabled=show_progress,
+    ) as bar:
+        outputs = Outputs(
+            prefixes,
+            dtype,
+            summary,
+            bar,
+            1 if keep_sequential_samples else partitions,
+            log_interval,
+        )
         sink = BackgroundSink(_consumer(outputs, workers, tokenizer, spec), maxsize=_QUEUE_DEPTH)
         try:
             chunks = source.chunks(chunk_bytes)
@@ -227,10 +269,18 @@ def preprocess(inputs: Any, output_prefix: str, tokenizer: Any, *,
             else:
                 _run_workers(chunks, tokenizer, spec, sink, workers)
             sink.close()
-            outputs.finalize(preprocess_sidecars(
-                inputs, tokenizer, summary, append_eod=append_eod, level=level,
-                partitions=partitions, keep_sequential_samples=keep_sequential_samples,
-                sentence_splitter=sentence_splitter))
+            outputs.finalize(
+                preprocess_sidecars(
+                    inputs,
+                    tokenizer,
+                    summary,
+                    append_eod=append_eod,
+                    level=level,
+                    partitions=partitions,
+                    keep_sequential_samples=keep_sequential_samples,
+                    sentence_splitter=sentence_splitter,
+                )
+            )
         except BaseException:
             sink.cancel()
             outputs.abort()

@@ -66,7 +66,8 @@ class Policy:
         for name in ("on_bad_json", "on_missing_key", "on_bad_type", "on_blank_line"):
             if getattr(self, name) not in ERROR_CHOICES:
                 raise PreprocessError(
-                    f"{name}={getattr(self, name)!r}: choose one of {ERROR_CHOICES}")
+                    f"{name}={getattr(self, name)!r}: choose one of {ERROR_CHOICES}"
+                )
         if self.on_empty not in EMPTY_CHOICES:
             raise PreprocessError(f"on_empty={self.on_empty!r}: choose one of {EMPTY_CHOICES}")
 
@@ -99,13 +100,16 @@ def _preview(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def fail_or_count(policy_value: str, parsed: ParsedChunk, reason: str, key: str,
-                  message: str) -> None:
+def fail_or_count(
+    policy_value: str, parsed: ParsedChunk, reason: str, key: str, message: str
+) -> None:
     """Raise ``message`` (``fail``) or count the record under ``reason`` (``skip``)."""
     if policy_value == FAIL:
         option = REASONS[reason][1]
-        raise PreprocessError(f"{message}; fix the input, or pass {option} skip to skip such "
-                              "records (they are counted in the summary)")
+        raise PreprocessError(
+            f"{message}; fix the input, or pass {option} skip to skip such "
+            "records (they are counted in the summary)"
+        )
     parsed.skipped[(reason, key)] += 1
 
 
@@ -128,13 +132,23 @@ def _record(line: bytes, number: int, policy: Policy, parsed: ParsedChunk) -> Op
     try:
         record = json.loads(line)
     except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError
-        fail_or_count(policy.on_bad_json, parsed, "bad_json", "",
-                      f"{parsed.path}:{number}: malformed JSON ({_reason(error)})")
+        fail_or_count(
+            policy.on_bad_json,
+            parsed,
+            "bad_json",
+            "",
+            f"{parsed.path}:{number}: malformed JSON ({_reason(error)})",
+        )
         return None
     if not isinstance(record, dict):
-        fail_or_count(policy.on_bad_json, parsed, "bad_json", "",
-                      f"{parsed.path}:{number}: expected a JSON object, got "
-                      f"{type(record).__name__} {_preview(record)}")
+        fail_or_count(
+            policy.on_bad_json,
+            parsed,
+            "bad_json",
+            "",
+            f"{parsed.path}:{number}: expected a JSON object, got "
+            f"{type(record).__name__} {_preview(record)}",
+        )
         return None
     return record
 
@@ -152,39 +166,63 @@ def _lone_surrogate(record: dict, keys: Sequence[str]) -> Optional[str]:
     return None
 
 
-def _sentences(value: Any, key: str, where: str, policy: Policy,
-               parsed: ParsedChunk) -> Optional[list[str]]:
+def _sentences(
+    value: Any, key: str, where: str, policy: Policy, parsed: ParsedChunk
+) -> Optional[list[str]]:
     if type(value) is str:  # the common case first
         return [value]
     if value is _MISSING:
         return None
     if isinstance(value, list) and all(type(item) is str for item in value):
         return value
-    fail_or_count(policy.on_bad_type, parsed, "bad_type", key,
-                  f"{where}: key {key!r} holds {type(value).__name__} {_preview(value)}, "
-                  "not a string or a list of strings")
+    fail_or_count(
+        policy.on_bad_type,
+        parsed,
+        "bad_type",
+        key,
+        f"{where}: key {key!r} holds {type(value).__name__} {_preview(value)}, "
+        "not a string or a list of strings",
+    )
     return None
 
 
-def add_record(record: Any, number: int, where: str, keys: Sequence[str], policy: Policy,
-               parsed: ParsedChunk, splitter: Splitter, check_surrogates: bool) -> None:
+def add_record(
+    record: Any,
+    number: int,
+    where: str,
+    keys: Sequence[str],
+    policy: Policy,
+    parsed: ParsedChunk,
+    splitter: Splitter,
+    check_surrogates: bool,
+) -> None:
     """Add the documents of one record (a dict) to ``parsed``, or fail/count per ``policy``.
 
     ``check_surrogates``: look for lone surrogates (only ``\\udXXX`` escapes make them).
     """
     bad_key = _lone_surrogate(record, keys) if check_surrogates else None
     if bad_key is not None:
-        fail_or_count(policy.on_bad_json, parsed, "bad_json", "",
-                      f"{where}: key {bad_key!r} holds a lone UTF-16 surrogate (a \\ud800-"
-                      f"\\udfff escape), which is not text: {_preview(record.get(bad_key))}")
+        fail_or_count(
+            policy.on_bad_json,
+            parsed,
+            "bad_json",
+            "",
+            f"{where}: key {bad_key!r} holds a lone UTF-16 surrogate (a \\ud800-"
+            f"\\udfff escape), which is not text: {_preview(record.get(bad_key))}",
+        )
         return
     for key in keys:
         value = record.get(key, _MISSING)
         if value is _MISSING:
             present = ", ".join(map(repr, list(record)[:8])) or "none"
-            fail_or_count(policy.on_missing_key, parsed, "missing_key", key,
-                          f"{where}: JSON key {key!r} is missing (the object has keys: "
-                          f"{present}); choose the key with --json-keys")
+            fail_or_count(
+                policy.on_missing_key,
+                parsed,
+                "missing_key",
+                key,
+                f"{where}: JSON key {key!r} is missing (the object has keys: "
+                f"{present}); choose the key with --json-keys",
+            )
             continue
         sentences = _sentences(value, key, where, policy, parsed)
         if sentences is None:
@@ -198,12 +236,18 @@ def add_record(record: Any, number: int, where: str, keys: Sequence[str], policy
 
 def new_parsed(path: str, keys: Sequence[str], first_line: int) -> ParsedChunk:
     """An empty :class:`ParsedChunk` for ``keys``."""
-    return ParsedChunk(path, {key: [] for key in keys}, {key: [] for key in keys},
-                       {key: [] for key in keys}, first_line=first_line)
+    return ParsedChunk(
+        path,
+        {key: [] for key in keys},
+        {key: [] for key in keys},
+        {key: [] for key in keys},
+        first_line=first_line,
+    )
 
 
-def parse_chunk(chunk: RawChunk, keys: Sequence[str], policy: Policy,
-                splitter: Splitter = None) -> ParsedChunk:
+def parse_chunk(
+    chunk: RawChunk, keys: Sequence[str], policy: Policy, splitter: Splitter = None
+) -> ParsedChunk:
     """Parse every line of ``chunk``; bad lines fail or are counted per ``policy``."""
     parsed = new_parsed(chunk.path, keys, chunk.first_line)
     parsed.nbytes, parsed.disk_bytes = len(chunk.data), chunk.disk_bytes
@@ -212,15 +256,18 @@ def parse_chunk(chunk: RawChunk, keys: Sequence[str], policy: Policy,
     for number, line in enumerate(lines, start=chunk.first_line):
         if not line.strip():
             if policy.on_blank_line == FAIL:
-                raise PreprocessError(f"{chunk.path}:{number}: blank line (Megatron stops here "
-                                      "too); remove it, or pass --on-blank-line skip")
+                raise PreprocessError(
+                    f"{chunk.path}:{number}: blank line (Megatron stops here "
+                    "too); remove it, or pass --on-blank-line skip"
+                )
             parsed.blank_lines += 1
             continue
         record = _record(line, number, policy, parsed)
         if record is not None:
             surrogates = b"\\u" in line and _SURROGATE_ESCAPE.search(line) is not None
-            add_record(record, number, f"{chunk.path}:{number}", keys, policy, parsed,
-                       splitter, surrogates)
+            add_record(
+                record, number, f"{chunk.path}:{number}", keys, policy, parsed, splitter, surrogates
+            )
     return parsed
 
 
@@ -237,5 +284,18 @@ def skipped_labels(skipped: Counter) -> list[tuple[str, int]]:
     return labels
 
 
-__all__ = ["Policy", "ParsedChunk", "parse_chunk", "add_record", "new_parsed", "fail_or_count",
-           "skipped_labels", "REASONS", "ERROR_CHOICES", "EMPTY_CHOICES", "FAIL", "SKIP", "KEEP"]
+__all__ = [
+    "Policy",
+    "ParsedChunk",
+    "parse_chunk",
+    "add_record",
+    "new_parsed",
+    "fail_or_count",
+    "skipped_labels",
+    "REASONS",
+    "ERROR_CHOICES",
+    "EMPTY_CHOICES",
+    "FAIL",
+    "SKIP",
+    "KEEP",
+]

@@ -30,15 +30,18 @@ from typing import Any, Optional
 
 from tokenloom.errors import ConfigError
 
-ABBREVIATIONS = frozenset("""
+ABBREVIATIONS = frozenset(
+    """
 mr mrs ms dr prof sr jr st mt vs etc e.g i.e cf al approx dept est fig figs inc ltd co corp
 no nos vol vols pp p ed eds rev gen col lt sgt capt jan feb mar apr jun jul aug sep sept oct
 nov dec mon tue wed thu fri sat sun u.s u.k a.m p.m ph.d b.sc m.sc
-""".split())
+""".split()
+)
 
 _BOUNDARY = re.compile(
     r"""(?P<end>(?:[.!?\u2026]+)["'\u2019\u201d)\]]*)(?P<space>\s+)(?=["'\u2018\u201c(\[]?[A-Z0-9\u00c0-\u024f])"""
-    r"""|(?P<para>\n[ \t]*\n\s*)""")
+    r"""|(?P<para>\n[ \t]*\n\s*)"""
+)
 _WORD_BEFORE = re.compile(r"(\S+)$")
 
 
@@ -49,8 +52,12 @@ def _is_abbreviation(text: str, end: int) -> bool:
     word = match.group(1).rstrip(".").lstrip("([\"'").lower()
     if word in ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
         return True
-    return word.isdigit() and len(word) <= 3 and text[end - 1:end] == "." and (
-        match.start() == 0 or text[match.start() - 1] == "\n")
+    return (
+        word.isdigit()
+        and len(word) <= 3
+        and text[end - 1 : end] == "."
+        and (match.start() == 0 or text[match.start() - 1] == "\n")
+    )
 
 
 class RuleSentenceSplitter:
@@ -91,7 +98,8 @@ PUNKT_HELP = (
     "which no installable package ships and tokenloom does not download: on a machine with "
     "network run python -c \"import nltk; nltk.download('punkt_tab', download_dir='DIR')\", "
     "copy DIR here and pass --punkt-path DIR (or set NLTK_DATA=DIR); or use "
-    "--split-sentences-rules, tokenloom's rule-based splitter, which needs no data")
+    "--split-sentences-rules, tokenloom's rule-based splitter, which needs no data"
+)
 
 
 class PunktSplitter:
@@ -125,8 +133,9 @@ def _load_punkt(lang: str, data_dir: Optional[str], keep_newlines: bool) -> Call
         splitter = nltk.tokenize.PunktTokenizer(lang)
     except (LookupError, OSError, ValueError) as error:
         where = data_dir or os.environ.get("NLTK_DATA") or "NLTK's default folders"
-        raise ConfigError(f"no punkt data for {lang!r} in {where} ({type(error).__name__}). "
-                          f"{PUNKT_HELP}") from None
+        raise ConfigError(
+            f"no punkt data for {lang!r} in {where} ({type(error).__name__}). {PUNKT_HELP}"
+        ) from None
     if not keep_newlines:
         return splitter.tokenize
 
@@ -134,15 +143,17 @@ def _load_punkt(lang: str, data_dir: Optional[str], keep_newlines: bool) -> Call
         _period_context_fmt = r"""
             \S*%(SentEndChars)s\s*(?=(?P<after_tok>%(NonWord)s|(?P<next_tok>\S+)))"""
 
-    return PunktSentenceTokenizer(train_text=splitter._params,  # noqa: SLF001 (NLTK's API)
-                                  lang_vars=_KeepNewlines()).tokenize
+    return PunktSentenceTokenizer(
+        train_text=splitter._params,  # noqa: SLF001 (NLTK's API)
+        lang_vars=_KeepNewlines(),
+    ).tokenize
 
 
-def punkt_splitter(lang: str = "english", data_dir: Optional[str] = None,
-                   keep_newlines: bool = False) -> PunktSplitter:
+def punkt_splitter(
+    lang: str = "english", data_dir: Optional[str] = None, keep_newlines: bool = False
+) -> PunktSplitter:
     """Megatron's ``--split-sentences`` splitter, or a :class:`ConfigError` saying how to get it."""
     return PunktSplitter(lang, data_dir, keep_newlines)
 
 
-__all__ = ["RuleSentenceSplitter", "PunktSplitter", "punkt_splitter", "ABBREVIATIONS",
-           "PUNKT_HELP"]
+__all__ = ["RuleSentenceSplitter", "PunktSplitter", "punkt_splitter", "ABBREVIATIONS", "PUNKT_HELP"]

@@ -98,8 +98,9 @@ def _text_bytes(records: list) -> int:
     return total
 
 
-def parse_records(chunk: RecordChunk, keys: Sequence[str], policy: Any,
-                  splitter: Any = None) -> ParsedChunk:
+def parse_records(
+    chunk: RecordChunk, keys: Sequence[str], policy: Any, splitter: Any = None
+) -> ParsedChunk:
     """Parse the records of ``chunk`` with the same policies as JSONL lines."""
     parsed = new_parsed(chunk.name, keys, chunk.first_row)
     parsed.line_count, parsed.disk_bytes = len(chunk.records), chunk.disk_bytes
@@ -109,9 +110,14 @@ def parse_records(chunk: RecordChunk, keys: Sequence[str], policy: Any,
         if isinstance(record, str) and len(keys) == 1:
             record = {keys[0]: record}
         if not isinstance(record, Mapping):
-            fail_or_count(policy.on_bad_json, parsed, "bad_json", "",
-                          f"{where}: expected a record (a dict of --json-keys) or, for one "
-                          f"key, a str; got {type(record).__name__}")
+            fail_or_count(
+                policy.on_bad_json,
+                parsed,
+                "bad_json",
+                "",
+                f"{where}: expected a record (a dict of --json-keys) or, for one "
+                f"key, a str; got {type(record).__name__}",
+            )
             continue
         add_record(record, number, where, keys, policy, parsed, splitter, chunk.check_text)
     return parsed
@@ -134,13 +140,16 @@ def _import_pyarrow_parquet(path: str) -> Any:
     try:
         import pyarrow.parquet
     except ImportError as error:
-        raise PreprocessError(f"{path} is a Parquet file, which needs the 'pyarrow' package: "
-                              "pip install 'tokenloom[parquet]'") from error
+        raise PreprocessError(
+            f"{path} is a Parquet file, which needs the 'pyarrow' package: "
+            "pip install 'tokenloom[parquet]'"
+        ) from error
     return pyarrow.parquet
 
 
-def iter_parquet_chunks(path: str, keys: Sequence[str],
-                        rows: int = ROWS_PER_CHUNK) -> Iterator[RecordChunk]:
+def iter_parquet_chunks(
+    path: str, keys: Sequence[str], rows: int = ROWS_PER_CHUNK
+) -> Iterator[RecordChunk]:
     """Record chunks of a Parquet file: the ``keys`` columns, ``rows`` rows at a time."""
     parquet = _import_pyarrow_parquet(path)
     try:
@@ -150,8 +159,11 @@ def iter_parquet_chunks(path: str, keys: Sequence[str],
     present = [key for key in keys if key in handle.schema_arrow.names]
     total_rows = max(int(handle.metadata.num_rows), 1)
     size, first = os.path.getsize(path), 1
-    batches = handle.iter_batches(batch_size=rows, columns=present) if present else (
-        [None] * -(-handle.metadata.num_rows // rows))
+    batches = (
+        handle.iter_batches(batch_size=rows, columns=present)
+        if present
+        else ([None] * -(-handle.metadata.num_rows // rows))
+    )
     for batch in batches:
         if batch is None:
             count = min(rows, handle.metadata.num_rows - first + 1)
@@ -183,8 +195,10 @@ def _is_hf_dataset(value: Any) -> bool:
 def _hf_rows(dataset: Any, keys: Sequence[str], size: int) -> Iterator[dict]:
     kind = type(dataset).__name__
     if kind in ("DatasetDict", "IterableDatasetDict"):
-        raise PreprocessError(f"a {kind} holds splits {list(dataset)}: pass one, e.g. "
-                              f"dataset[{next(iter(dataset), 'train')!r}] (--hf-split)")
+        raise PreprocessError(
+            f"a {kind} holds splits {list(dataset)}: pass one, e.g. "
+            f"dataset[{next(iter(dataset), 'train')!r}] (--hf-split)"
+        )
     names = getattr(dataset, "column_names", None)
     present = [key for key in keys if names is None or key in names]
     if kind == "Dataset":
@@ -203,22 +217,27 @@ def load_hf_disk_dataset(source: HFDiskDataset) -> Any:
     try:
         import datasets
     except ImportError as error:
-        raise PreprocessError("--hf-dataset needs the 'datasets' package: pip install "
-                              "'tokenloom[hf]'") from error
+        raise PreprocessError(
+            "--hf-dataset needs the 'datasets' package: pip install 'tokenloom[hf]'"
+        ) from error
     if not os.path.isdir(source.path):
-        raise PreprocessError(f"--hf-dataset {source.path}: no such folder (pass the folder "
-                              "written by Dataset.save_to_disk)")
+        raise PreprocessError(
+            f"--hf-dataset {source.path}: no such folder (pass the folder "
+            "written by Dataset.save_to_disk)"
+        )
     try:
         dataset = datasets.load_from_disk(source.path)
     except (FileNotFoundError, ValueError) as error:
-        raise PreprocessError(f"--hf-dataset {source.path}: not a dataset saved with "
-                              f"save_to_disk: {error}") from error
+        raise PreprocessError(
+            f"--hf-dataset {source.path}: not a dataset saved with save_to_disk: {error}"
+        ) from error
     if type(dataset).__name__ == "DatasetDict":
         splits = list(dataset)
         split = source.split or (splits[0] if len(splits) == 1 else None)
         if split not in dataset:
-            raise PreprocessError(f"--hf-dataset {source.path} has splits {splits}: choose one "
-                                  "with --hf-split")
+            raise PreprocessError(
+                f"--hf-dataset {source.path} has splits {splits}: choose one with --hf-split"
+            )
         dataset = dataset[split]
     elif source.split is not None:
         raise PreprocessError(f"--hf-split {source.split}: {source.path} holds one split only")
@@ -237,8 +256,9 @@ class Source:
     """Bytes on disk (None when unknown)."""
 
 
-def _file_chunks(paths: list[str], keys: Sequence[str],
-                 chunk_bytes: int) -> Iterator[Union[RawChunk, RecordChunk]]:
+def _file_chunks(
+    paths: list[str], keys: Sequence[str], chunk_bytes: int
+) -> Iterator[Union[RawChunk, RecordChunk]]:
     for path in paths:
         if is_parquet(path):
             yield from iter_parquet_chunks(path, keys)
@@ -253,15 +273,22 @@ def _rows(rows: Iterable[Any], name: str, check_text: bool) -> Source:
 def open_source(inputs: Any, keys: Sequence[str]) -> Source:
     """The :class:`Source` for any accepted ``inputs`` (see the module docstring)."""
     if isinstance(inputs, (str, os.PathLike)) or (
-            isinstance(inputs, (list, tuple)) and inputs
-            and all(isinstance(item, (str, os.PathLike)) for item in inputs)):
+        isinstance(inputs, (list, tuple))
+        and inputs
+        and all(isinstance(item, (str, os.PathLike)) for item in inputs)
+    ):
         paths = expand_inputs(inputs)  # type: ignore[arg-type]
-        return Source(lambda size: _file_chunks(paths, keys, size), len(paths),
-                      sum(os.path.getsize(path) for path in paths))
+        return Source(
+            lambda size: _file_chunks(paths, keys, size),
+            len(paths),
+            sum(os.path.getsize(path) for path in paths),
+        )
     if isinstance(inputs, FileRange):
-        return Source(lambda size: iter_file_range_chunks(inputs.path, inputs.start, inputs.stop,
-                                                          size),
-                      1, max(int(inputs.stop) - int(inputs.start), 0))
+        return Source(
+            lambda size: iter_file_range_chunks(inputs.path, inputs.start, inputs.stop, size),
+            1,
+            max(int(inputs.stop) - int(inputs.start), 0),
+        )
     if isinstance(inputs, HFDiskDataset):
         dataset = load_hf_disk_dataset(inputs)
         return _rows(_hf_rows(dataset, keys, ROWS_PER_CHUNK), inputs.path, False)
@@ -270,11 +297,23 @@ def open_source(inputs: Any, keys: Sequence[str]) -> Source:
         return _rows(_hf_rows(inputs, keys, ROWS_PER_CHUNK), str(name), False)
     if isinstance(inputs, Iterable) and not isinstance(inputs, (str, bytes, Mapping)):
         return _rows(inputs, "records", True)
-    raise PreprocessError(f"cannot read inputs of type {type(inputs).__name__}: pass files or "
-                          "globs, a FileRange, a Hugging Face dataset, or an iterable of "
-                          "records or texts")
+    raise PreprocessError(
+        f"cannot read inputs of type {type(inputs).__name__}: pass files or "
+        "globs, a FileRange, a Hugging Face dataset, or an iterable of "
+        "records or texts"
+    )
 
 
-__all__ = ["RecordChunk", "FileRange", "HFDiskDataset", "Source", "open_source", "parse_records",
-           "parse_any", "iter_parquet_chunks", "is_parquet", "load_hf_disk_dataset",
-           "ROWS_PER_CHUNK"]
+__all__ = [
+    "RecordChunk",
+    "FileRange",
+    "HFDiskDataset",
+    "Source",
+    "open_source",
+    "parse_records",
+    "parse_any",
+    "iter_parquet_chunks",
+    "is_parquet",
+    "load_hf_disk_dataset",
+    "ROWS_PER_CHUNK",
+]

@@ -31,16 +31,18 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def stdlib_sources(max_files: Optional[int] = None,
-                   max_bytes: Optional[int] = None) -> Iterator[tuple[str, str]]:
+def stdlib_sources(
+    max_files: Optional[int] = None, max_bytes: Optional[int] = None
+) -> Iterator[tuple[str, str]]:
     """``(relative path, source text)`` of standard-library modules, in sorted order.
 
     Stops after ``max_files`` files or once ``max_bytes`` characters were yielded.
     Files that are not UTF-8 are left out.
     """
     root = stdlib_root()
-    paths = sorted(path for path in root.rglob("*.py")
-                   if not _SKIPPED_DIRS & set(path.relative_to(root).parts))
+    paths = sorted(
+        path for path in root.rglob("*.py") if not _SKIPPED_DIRS & set(path.relative_to(root).parts)
+    )
     count = size = 0
     for path in paths:
         if max_files is not None and count >= max_files:
@@ -87,8 +89,9 @@ class CorpusFiles:
     characters: int
 
 
-def write_stdlib_corpora(out_dir: str, max_files: Optional[int] = None,
-                         max_bytes: Optional[int] = None) -> CorpusFiles:
+def write_stdlib_corpora(
+    out_dir: str, max_files: Optional[int] = None, max_bytes: Optional[int] = None
+) -> CorpusFiles:
     """Write ``code.jsonl`` and ``docs.jsonl`` (``{"text", "path"[, "name"]}`` per line)."""
     os.makedirs(out_dir, exist_ok=True)
     code_path, docs_path = os.path.join(out_dir, "code.jsonl"), os.path.join(out_dir, "docs.jsonl")

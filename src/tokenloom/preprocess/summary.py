@@ -82,30 +82,51 @@ class PreprocessSummary:
     def lines(self) -> list[str]:
         """The report: one row per output, the skip counts, then the totals line."""
         width = max(len(out.path_prefix) for out in self.outputs.values())
-        rows = [f"  {out.path_prefix:<{width}}  {self.dtype:<6} {out.documents:>12,} documents "
-                f"{out.tokens:>14,} tokens"
-                + (f" ({out.empty_documents:,} empty, kept as Megatron does)"
-                   if out.empty_documents else "") for out in self.outputs.values()]
+        rows = [
+            f"  {out.path_prefix:<{width}}  {self.dtype:<6} {out.documents:>12,} documents "
+            f"{out.tokens:>14,} tokens"
+            + (
+                f" ({out.empty_documents:,} empty, kept as Megatron does)"
+                if out.empty_documents
+                else ""
+            )
+            for out in self.outputs.values()
+        ]
         rows.append(f"  {self.skipped_text()}")
         rows.append(
             f"done: {self.documents:,} documents, {self.tokens:,} tokens from {self.line_count:,} "
             f"lines in {self.files} file{'s' * (self.files != 1)}, {self.seconds:.2f} s "
             f"({self.megabytes_per_second:.1f} MB/s, {self.tokens_per_second:,.0f} tokens/s, "
-            f"{self.workers} worker{'s' * (self.workers != 1)})")
+            f"{self.workers} worker{'s' * (self.workers != 1)})"
+        )
         return rows
 
     def as_dict(self) -> dict:
         """JSON-ready form (used by the benchmark)."""
         return {
-            "files": self.files, "documents": self.documents, "tokens": self.tokens,
-            "lines": self.line_count, "blank_lines": self.blank_lines, "bytes": self.nbytes,
-            "seconds": self.seconds, "worker_cpu_seconds": self.worker_cpu_seconds,
+            "files": self.files,
+            "documents": self.documents,
+            "tokens": self.tokens,
+            "lines": self.line_count,
+            "blank_lines": self.blank_lines,
+            "bytes": self.nbytes,
+            "seconds": self.seconds,
+            "worker_cpu_seconds": self.worker_cpu_seconds,
             "mb_per_s": self.megabytes_per_second,
-            "tokens_per_s": self.tokens_per_second, "workers": self.workers, "dtype": self.dtype,
+            "tokens_per_s": self.tokens_per_second,
+            "workers": self.workers,
+            "dtype": self.dtype,
             "skipped": {label: count for label, count in skipped_labels(self.skipped)},
-            "outputs": {key: {"path_prefix": out.path_prefix, "documents": out.documents,
-                              "sequences": out.sequences, "empty_documents": out.empty_documents,
-                              "tokens": out.tokens} for key, out in self.outputs.items()},
+            "outputs": {
+                key: {
+                    "path_prefix": out.path_prefix,
+                    "documents": out.documents,
+                    "sequences": out.sequences,
+                    "empty_documents": out.empty_documents,
+                    "tokens": out.tokens,
+                }
+                for key, out in self.outputs.items()
+            },
         }
 
 

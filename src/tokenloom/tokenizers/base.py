@@ -200,5 +200,13 @@ class BaseTokenizer:
         parts += [f"vocab_size={self.vocab_size}", f"eod={self.eod}", f"pad={self.pad}"]
         return f"{type(self).__name__}({', '.join(parts)})"
 
-__all__ = ["Tokenizer", "BaseTokenizer", "ID_DTYPE", "file_sha256", "check_model_file",
-           "lists_to_flat", "split_flat"]
+
+__all__ = [
+    "Tokenizer",
+    "BaseTokenizer",
+    "ID_DTYPE",
+    "file_sha256",
+    "check_model_file",
+    "lists_to_flat",
+    "split_flat",
+]

@@ -33,8 +33,10 @@ def _import_tokenizers():
     try:
         import tokenizers
     except ImportError as error:
-        raise TokenizerError("Hugging Face tokenizers need the 'tokenizers' package: "
-                             "pip install 'tokenloom[tokenizers]'") from error
+        raise TokenizerError(
+            "Hugging Face tokenizers need the 'tokenizers' package: "
+            "pip install 'tokenloom[tokenizers]'"
+        ) from error
     return tokenizers
 
 
@@ -44,8 +46,10 @@ def resolve_tokenizer_json(path: str) -> str:
     if os.path.isdir(path):
         path = os.path.join(path, "tokenizer.json")
     if not os.path.isfile(path):
-        raise TokenizerError(f"Hugging Face tokenizer file {path} does not exist; pass the path "
-                             "of a tokenizer.json (or of a folder that contains one)")
+        raise TokenizerError(
+            f"Hugging Face tokenizer file {path} does not exist; pass the path "
+            "of a tokenizer.json (or of a folder that contains one)"
+        )
     return path
 
 
@@ -74,12 +78,15 @@ def _load_tokenizer_json(tokenizers, json_path: str):
     except Exception as error:  # the Rust loader raises plain Exception
         hint = ""
         if _looks_like_gpt2_vocab(json_path):
-            hint = ("; this looks like a GPT-2 vocab.json (token -> id): pass its merges.txt "
-                    "too, e.g. --tokenizer-type GPT2BPETokenizer --vocab-file vocab.json "
-                    "--merge-file merges.txt, or --tokenizer hf:vocab.json --merge-file "
-                    "merges.txt")
-        raise TokenizerError(f"{json_path}: not a valid Hugging Face tokenizer.json: "
-                             f"{error}{hint}") from error
+            hint = (
+                "; this looks like a GPT-2 vocab.json (token -> id): pass its merges.txt "
+                "too, e.g. --tokenizer-type GPT2BPETokenizer --vocab-file vocab.json "
+                "--merge-file merges.txt, or --tokenizer hf:vocab.json --merge-file "
+                "merges.txt"
+            )
+        raise TokenizerError(
+            f"{json_path}: not a valid Hugging Face tokenizer.json: {error}{hint}"
+        ) from error
 
 
 def _looks_like_gpt2_vocab(path: str) -> bool:
@@ -88,8 +95,12 @@ def _looks_like_gpt2_vocab(path: str) -> bool:
             data = json.load(handle)
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and "model" not in data and bool(data) and all(
-        isinstance(value, int) for value in list(data.values())[:100])
+    return (
+        isinstance(data, dict)
+        and "model" not in data
+        and bool(data)
+        and all(isinstance(value, int) for value in list(data.values())[:100])
+    )
 
 
 def gpt2_bpe_from_files(tokenizers, vocab_path: str, merges_path: str):
@@ -104,8 +115,9 @@ def gpt2_bpe_from_files(tokenizers, vocab_path: str, merges_path: str):
     try:
         model = models.BPE.from_file(vocab_path, merges_path)
     except Exception as error:
-        raise TokenizerError(f"{vocab_path} + {merges_path}: not a GPT-2 vocab.json and "
-                             f"merges.txt pair: {error}") from error
+        raise TokenizerError(
+            f"{vocab_path} + {merges_path}: not a GPT-2 vocab.json and merges.txt pair: {error}"
+        ) from error
     tokenizer = tokenizers.Tokenizer(model)
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
@@ -127,9 +139,14 @@ class HFTokenizer(BaseTokenizer):
         merges: the ``merges.txt`` of a GPT-2 ``vocab.json`` given as ``path``.
     """
 
-    def __init__(self, path: str, eod: Union[str, int, None] = None,
-                 pad: Union[str, int, None] = None, add_special_tokens: bool = True,
-                 merges: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        eod: Union[str, int, None] = None,
+        pad: Union[str, int, None] = None,
+        add_special_tokens: bool = True,
+        merges: Optional[str] = None,
+    ) -> None:
         tokenizers = _import_tokenizers()
         if merges is not None:
             json_path = check_model_file(path, "GPT-2 vocab", "pass the vocab.json")
@@ -145,23 +162,37 @@ class HFTokenizer(BaseTokenizer):
         self.pad = self._pick(pad, _config_token(config, "pad_token"), PAD_CANDIDATES, "pad")
         self._batch = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
         files = [json_path] + ([os.path.abspath(merges)] if merges is not None else [])
-        self._finish_init({"path": json_path, "eod": eod, "pad": pad,
-                           "add_special_tokens": self.add_special_tokens, "merges": merges}, {
-            "class": type(self).__name__, "tokenizer_path": files,
-            "sha256": "+".join(file_sha256(name) for name in files),
-            "add_special_tokens": self.add_special_tokens})
+        self._finish_init(
+            {
+                "path": json_path,
+                "eod": eod,
+                "pad": pad,
+                "add_special_tokens": self.add_special_tokens,
+                "merges": merges,
+            },
+            {
+                "class": type(self).__name__,
+                "tokenizer_path": files,
+                "sha256": "+".join(file_sha256(name) for name in files),
+                "add_special_tokens": self.add_special_tokens,
+            },
+        )
 
     def _token_id(self, token: Union[str, int], what: str) -> int:
         if isinstance(token, int) or (isinstance(token, str) and token.isdigit()):
             value = int(token)
             if not 0 <= value < self.vocab_size:
-                raise TokenizerError(f"{self.path}: {what} id {value} is outside the vocabulary "
-                                     f"(0..{self.vocab_size - 1})")
+                raise TokenizerError(
+                    f"{self.path}: {what} id {value} is outside the vocabulary "
+                    f"(0..{self.vocab_size - 1})"
+                )
             return value
         value = self._tokenizer.token_to_id(token)
         if value is None:
-            raise TokenizerError(f"{self.path}: {what} token {token!r} is not in the vocabulary; "
-                                 "pass a token that is (or its id)")
+            raise TokenizerError(
+                f"{self.path}: {what} token {token!r} is not in the vocabulary; "
+                "pass a token that is (or its id)"
+            )
         return int(value)
 
     def _pick(self, explicit, configured, candidates, what: str) -> Optional[int]:

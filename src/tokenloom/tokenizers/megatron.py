@@ -26,8 +26,14 @@ from tokenloom.tokenizers.base import BaseTokenizer
 HF_TYPES = ("HuggingFaceTokenizer",)
 SP_TYPES = ("SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer")
 TYPES = HF_TYPES + ("GPT2BPETokenizer",) + SP_TYPES + ("TikTokenizer",)
-NOT_FOR_TEXT = ("BertWordPieceLowerCase", "BertWordPieceCase", "MultimodalTokenizer",
-                "NullTokenizer", "NullMultimodalTokenizer", "SFTTokenizer")
+NOT_FOR_TEXT = (
+    "BertWordPieceLowerCase",
+    "BertWordPieceCase",
+    "MultimodalTokenizer",
+    "NullTokenizer",
+    "NullMultimodalTokenizer",
+    "SFTTokenizer",
+)
 
 
 @dataclass(frozen=True)
@@ -65,14 +71,18 @@ def _need(value: Optional[str], flag: str, kind: str) -> str:
 def _hf(args: MegatronTokenizerArgs) -> BaseTokenizer:
     from tokenloom.tokenizers.huggingface import HFTokenizer
 
-    model = _need(args.tokenizer_model, "--tokenizer-model (a folder with tokenizer.json)",
-                  args.tokenizer_type)
+    model = _need(
+        args.tokenizer_model,
+        "--tokenizer-model (a folder with tokenizer.json)",
+        args.tokenizer_type,
+    )
     include = args.hf_include_special_tokens
     if include is None:  # main's default; core_v0.16.1 needed --legacy-tokenizer or the flag
         include = True
     if args.merge_file:
-        return HFTokenizer(args.vocab_file or model, merges=args.merge_file,
-                           add_special_tokens=include)
+        return HFTokenizer(
+            args.vocab_file or model, merges=args.merge_file, add_special_tokens=include
+        )
     return HFTokenizer(model, add_special_tokens=include)
 
 
@@ -90,8 +100,8 @@ def _sentencepiece(args: MegatronTokenizerArgs) -> BaseTokenizer:
     model = _need(args.tokenizer_model, "--tokenizer-model spm.model", args.tokenizer_type)
     add_bos = args.legacy_tokenizer and args.tokenizer_type == "Llama2Tokenizer"
     return SentencePieceTokenizer(
-        model, add_bos=add_bos,
-        ignore_extra_whitespaces=args.sentencepiece_ignore_extra_whitespaces)
+        model, add_bos=add_bos, ignore_extra_whitespaces=args.sentencepiece_ignore_extra_whitespaces
+    )
 
 
 def _tiktoken(args: MegatronTokenizerArgs) -> BaseTokenizer:
@@ -99,27 +109,35 @@ def _tiktoken(args: MegatronTokenizerArgs) -> BaseTokenizer:
 
     model = _need(args.tokenizer_model, "--tokenizer-model vocab.json", args.tokenizer_type)
     if model.endswith(".tiktoken"):
-        raise TokenizerError(f"--tokenizer-model {model}: Megatron's TikTokenizer reads a JSON "
-                             "rank list; for a .tiktoken file use --tokenizer tiktoken:"
-                             f"{model}")
-    return MegatronTikTokenizer(model, vocab_size=args.vocab_size,
-                                num_special_tokens=args.tiktoken_num_special_tokens,
-                                pattern=args.tiktoken_pattern or "v2")
+        raise TokenizerError(
+            f"--tokenizer-model {model}: Megatron's TikTokenizer reads a JSON "
+            "rank list; for a .tiktoken file use --tokenizer tiktoken:"
+            f"{model}"
+        )
+    return MegatronTikTokenizer(
+        model,
+        vocab_size=args.vocab_size,
+        num_special_tokens=args.tiktoken_num_special_tokens,
+        pattern=args.tiktoken_pattern or "v2",
+    )
 
 
 def build_megatron_tokenizer(args: MegatronTokenizerArgs) -> BaseTokenizer:
     """The tokenizer that gives Megatron-LM's ids for ``args`` (see the module docstring)."""
     kind = args.tokenizer_type
     if kind in NOT_FOR_TEXT:
-        raise TokenizerError(f"--tokenizer-type {kind} is not supported by tokenloom preprocess "
-                             f"(GPT text only); use one of {', '.join(TYPES)}")
+        raise TokenizerError(
+            f"--tokenizer-type {kind} is not supported by tokenloom preprocess "
+            f"(GPT text only); use one of {', '.join(TYPES)}"
+        )
     if kind not in TYPES:
         import difflib
 
         close = difflib.get_close_matches(str(kind), TYPES, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
-        raise TokenizerError(f"--tokenizer-type {kind!r} is unknown{hint} (choose from "
-                             f"{', '.join(TYPES)})")
+        raise TokenizerError(
+            f"--tokenizer-type {kind!r} is unknown{hint} (choose from {', '.join(TYPES)})"
+        )
     if args.tiktoken_pattern is not None and kind != "TikTokenizer":
         raise TokenizerError("--tiktoken-pattern applies to --tokenizer-type TikTokenizer only")
     if kind in HF_TYPES:

@@ -25,9 +25,11 @@ SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<mask>", "<pad>", "<cls>", "<sep>")
 DEFAULT_VOCAB_SIZE = 1 << 17
 PATTERNS = {
     "v1": r"[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
-    "v2": (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
-           r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
-           r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+    "v2": (
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+        r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+        r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    ),
 }
 
 
@@ -39,14 +41,18 @@ def read_rank_list(path: str, count: int, shift: int) -> dict[bytes, int]:
     except (OSError, ValueError) as error:
         raise TokenizerError(f"{path}: cannot read the TikTokenizer vocabulary: {error}") from error
     if not isinstance(entries, list):
-        raise TokenizerError(f"{path}: a TikTokenizer vocabulary is a JSON list of "
-                             "{rank, token_bytes, token_str} objects; got "
-                             f"{type(entries).__name__}")
+        raise TokenizerError(
+            f"{path}: a TikTokenizer vocabulary is a JSON list of "
+            "{rank, token_bytes, token_str} objects; got "
+            f"{type(entries).__name__}"
+        )
     ranks: dict[bytes, int] = {}
     for position, entry in enumerate(entries[:count]):
         if not isinstance(entry, dict) or entry.get("rank") != position:
-            raise TokenizerError(f"{path}: entry {position} is not {{\"rank\": {position}, "
-                                 f"\"token_bytes\": ...}}: {str(entry)[:80]}")
+            raise TokenizerError(
+                f'{path}: entry {position} is not {{"rank": {position}, '
+                f'"token_bytes": ...}}: {str(entry)[:80]}'
+            )
         try:
             token = base64.b64decode(entry["token_bytes"], validate=True)
         except (KeyError, TypeError, ValueError) as error:
@@ -69,13 +75,20 @@ class MegatronTikTokenizer(BaseTokenizer):
         pattern: ``v1`` or ``v2`` (``--tiktoken-pattern``).
     """
 
-    def __init__(self, path: str, vocab_size: Optional[int] = None,
-                 num_special_tokens: int = 1000, pattern: str = "v2") -> None:
+    def __init__(
+        self,
+        path: str,
+        vocab_size: Optional[int] = None,
+        num_special_tokens: int = 1000,
+        pattern: str = "v2",
+    ) -> None:
         try:
             import tiktoken
         except ImportError as error:
-            raise TokenizerError("Megatron's TikTokenizer needs the 'tiktoken' package: "
-                                 "pip install 'tokenloom[tokenizers]'") from error
+            raise TokenizerError(
+                "Megatron's TikTokenizer needs the 'tiktoken' package: "
+                "pip install 'tokenloom[tokenizers]'"
+            ) from error
         self.path = check_model_file(path, "TikTokenizer", "pass the JSON vocabulary file")
         vocab_size = DEFAULT_VOCAB_SIZE if vocab_size is None else int(vocab_size)
         specials = self._special_names(int(num_special_tokens), vocab_size)
@@ -86,25 +99,43 @@ class MegatronTikTokenizer(BaseTokenizer):
             raise TokenizerError(
                 f"{self.path}: --vocab-size {vocab_size} needs {vocab_size - len(specials)} ranks "
                 f"but the file has {len(ranks)}; pass --vocab-size "
-                f"{len(ranks) + len(specials)}")
+                f"{len(ranks) + len(specials)}"
+            )
         self._specials = {name: number for number, name in enumerate(specials)}
         self._encoding = tiktoken.Encoding(
-            name=os.path.basename(os.path.dirname(self.path)), pat_str=PATTERNS[pattern],
-            mergeable_ranks=ranks, special_tokens=self._specials)
-        self.vocab_size, self.eod, self.pad = vocab_size, self._specials["</s>"], self._specials[
-            "<pad>"]
+            name=os.path.basename(os.path.dirname(self.path)),
+            pat_str=PATTERNS[pattern],
+            mergeable_ranks=ranks,
+            special_tokens=self._specials,
+        )
+        self.vocab_size, self.eod, self.pad = (
+            vocab_size,
+            self._specials["</s>"],
+            self._specials["<pad>"],
+        )
         self._finish_init(
-            {"path": self.path, "vocab_size": vocab_size,
-             "num_special_tokens": num_special_tokens, "pattern": pattern},
-            {"class": type(self).__name__, "tokenizer_path": [self.path],
-             "sha256": file_sha256(self.path), "num_special_tokens": len(specials),
-             "pattern": pattern})
+            {
+                "path": self.path,
+                "vocab_size": vocab_size,
+                "num_special_tokens": num_special_tokens,
+                "pattern": pattern,
+            },
+            {
+                "class": type(self).__name__,
+                "tokenizer_path": [self.path],
+                "sha256": file_sha256(self.path),
+                "num_special_tokens": len(specials),
+                "pattern": pattern,
+            },
+        )
 
     @staticmethod
     def _special_names(count: int, vocab_size: int) -> list[str]:
         if not len(SPECIAL_TOKENS) <= count < vocab_size:
-            raise TokenizerError(f"--tiktoken-num-special-tokens {count} must lie in "
-                                 f"{len(SPECIAL_TOKENS)}..{vocab_size - 1} (below --vocab-size)")
+            raise TokenizerError(
+                f"--tiktoken-num-special-tokens {count} must lie in "
+                f"{len(SPECIAL_TOKENS)}..{vocab_size - 1} (below --vocab-size)"
+            )
         return list(SPECIAL_TOKENS) + [f"<SPECIAL_{i}>" for i in range(len(SPECIAL_TOKENS), count)]
 
     def _encode_lists(self, texts: Sequence[str]) -> list[list[int]]:
@@ -128,5 +159,10 @@ class MegatronTikTokenizer(BaseTokenizer):
         return self._encoding
 
 
-__all__ = ["MegatronTikTokenizer", "read_rank_list", "PATTERNS", "SPECIAL_TOKENS",
-           "DEFAULT_VOCAB_SIZE"]
+__all__ = [
+    "MegatronTikTokenizer",
+    "read_rank_list",
+    "PATTERNS",
+    "SPECIAL_TOKENS",
+    "DEFAULT_VOCAB_SIZE",
+]

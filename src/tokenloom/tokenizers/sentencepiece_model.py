@@ -27,8 +27,10 @@ def _import_sentencepiece():
     try:
         import sentencepiece
     except ImportError as error:
-        raise TokenizerError("SentencePiece models need the 'sentencepiece' package: "
-                             "pip install 'tokenloom[tokenizers]'") from error
+        raise TokenizerError(
+            "SentencePiece models need the 'sentencepiece' package: "
+            "pip install 'tokenloom[tokenizers]'"
+        ) from error
     return sentencepiece
 
 
@@ -49,11 +51,18 @@ class SentencePieceTokenizer(BaseTokenizer):
         ignore_extra_whitespaces: False keeps runs of spaces (see the module docstring).
     """
 
-    def __init__(self, path: str, eod: Union[str, int, None] = None, num_threads: int = 1,
-                 add_bos: bool = False, ignore_extra_whitespaces: bool = True) -> None:
+    def __init__(
+        self,
+        path: str,
+        eod: Union[str, int, None] = None,
+        num_threads: int = 1,
+        add_bos: bool = False,
+        ignore_extra_whitespaces: bool = True,
+    ) -> None:
         sentencepiece = _import_sentencepiece()
-        self.path = check_model_file(path, "SentencePiece", "pass the .model file written by "
-                                     "SentencePieceTrainer")
+        self.path = check_model_file(
+            path, "SentencePiece", "pass the .model file written by SentencePieceTrainer"
+        )
         self.num_threads = max(int(num_threads), 1)
         self._processor = sentencepiece.SentencePieceProcessor()
         try:
@@ -67,13 +76,24 @@ class SentencePieceTokenizer(BaseTokenizer):
         if self.add_bos and self._processor.bos_id() < 0:
             raise TokenizerError(f"{self.path}: the model has no BOS piece to prepend")
         self.keep_extra_whitespaces = not ignore_extra_whitespaces and (
-            self._processor.encode_as_pieces("x  y") == self._processor.encode_as_pieces("x y"))
-        self._finish_init({"path": self.path, "eod": eod, "num_threads": num_threads,
-                           "add_bos": self.add_bos,
-                           "ignore_extra_whitespaces": ignore_extra_whitespaces}, {
-            "class": type(self).__name__, "tokenizer_path": [self.path],
-            "sha256": file_sha256(self.path), "add_bos": self.add_bos,
-            "keep_extra_whitespaces": self.keep_extra_whitespaces})
+            self._processor.encode_as_pieces("x  y") == self._processor.encode_as_pieces("x y")
+        )
+        self._finish_init(
+            {
+                "path": self.path,
+                "eod": eod,
+                "num_threads": num_threads,
+                "add_bos": self.add_bos,
+                "ignore_extra_whitespaces": ignore_extra_whitespaces,
+            },
+            {
+                "class": type(self).__name__,
+                "tokenizer_path": [self.path],
+                "sha256": file_sha256(self.path),
+                "add_bos": self.add_bos,
+                "keep_extra_whitespaces": self.keep_extra_whitespaces,
+            },
+        )
 
     def _resolve(self, explicit, default: int, what: str) -> Optional[int]:
         if explicit is None:
@@ -85,14 +105,20 @@ class SentencePieceTokenizer(BaseTokenizer):
             if value == self._processor.unk_id() and explicit != self._processor.id_to_piece(value):
                 raise TokenizerError(f"{self.path}: {what} piece {explicit!r} is not in the model")
         if not 0 <= value < self.vocab_size:
-            raise TokenizerError(f"{self.path}: {what} id {value} is outside "
-                                 f"0..{self.vocab_size - 1}")
+            raise TokenizerError(
+                f"{self.path}: {what} id {value} is outside 0..{self.vocab_size - 1}"
+            )
         return value
 
     def _encode_plain(self, texts: list[str]) -> list[list[int]]:
         try:
-            return self._processor.encode(texts, out_type=int, add_bos=self.add_bos,
-                                          add_eos=False, num_threads=self.num_threads)
+            return self._processor.encode(
+                texts,
+                out_type=int,
+                add_bos=self.add_bos,
+                add_eos=False,
+                num_threads=self.num_threads,
+            )
         except TypeError as error:
             raise TokenizerError(f"{self.path}: every document must be a str: {error}") from error
 
@@ -125,8 +151,12 @@ class SentencePieceTokenizer(BaseTokenizer):
 
     def special_tokens(self) -> dict[str, int]:
         """The model's control pieces (unk, bos, eos, pad) and their ids."""
-        ids = (self._processor.unk_id(), self._processor.bos_id(), self._processor.eos_id(),
-               self._processor.pad_id())
+        ids = (
+            self._processor.unk_id(),
+            self._processor.bos_id(),
+            self._processor.eos_id(),
+            self._processor.pad_id(),
+        )
         return {self._processor.id_to_piece(i): int(i) for i in ids if i >= 0}
 
     def decode(self, ids) -> str:

@@ -21,11 +21,20 @@ from tokenloom.errors import TokenizerError
 from tokenloom.tokenizers.base import BaseTokenizer
 
 KINDS = ("bytes", "hf", "tiktoken", "sentencepiece")
-_ALIASES = {"byte": "bytes", "bytes": "bytes", "hf": "hf", "huggingface": "hf",
-            "tiktoken": "tiktoken", "sentencepiece": "sentencepiece", "spm": "sentencepiece"}
-SPEC_HELP = ("bytes | hf:tokenizer.json (or hf:vocab.json with --merge-file merges.txt) | "
-             "tiktoken:file.tiktoken | tiktoken:cl100k_base | sentencepiece:file.model | a "
-             "path whose extension says the kind")
+_ALIASES = {
+    "byte": "bytes",
+    "bytes": "bytes",
+    "hf": "hf",
+    "huggingface": "hf",
+    "tiktoken": "tiktoken",
+    "sentencepiece": "sentencepiece",
+    "spm": "sentencepiece",
+}
+SPEC_HELP = (
+    "bytes | hf:tokenizer.json (or hf:vocab.json with --merge-file merges.txt) | "
+    "tiktoken:file.tiktoken | tiktoken:cl100k_base | sentencepiece:file.model | a "
+    "path whose extension says the kind"
+)
 
 
 def _detect(path: str) -> Optional[str]:
@@ -66,14 +75,20 @@ def parse_tokenizer_spec(spec: str) -> tuple[str, str]:
     if spec in _tiktoken_names():
         return "tiktoken", spec
     hint = "" if os.path.exists(spec) else " (no such file)"
-    raise TokenizerError(f"cannot tell what kind of tokenizer {spec!r} is{hint}; "
-                         f"use one of: {SPEC_HELP}")
+    raise TokenizerError(
+        f"cannot tell what kind of tokenizer {spec!r} is{hint}; use one of: {SPEC_HELP}"
+    )
 
 
-def load_tokenizer(spec: str, *, eod: Union[str, int, None] = None,
-                   pattern: Optional[str] = None, num_threads: int = 1,
-                   add_special_tokens: Optional[bool] = None,
-                   merges: Optional[str] = None) -> BaseTokenizer:
+def load_tokenizer(
+    spec: str,
+    *,
+    eod: Union[str, int, None] = None,
+    pattern: Optional[str] = None,
+    num_threads: int = 1,
+    add_special_tokens: Optional[bool] = None,
+    merges: Optional[str] = None,
+) -> BaseTokenizer:
     """Load the tokenizer a spec names (see the module docstring).
 
     Args:
@@ -100,9 +115,12 @@ def load_tokenizer(spec: str, *, eod: Union[str, int, None] = None,
     if kind == "hf":
         from tokenloom.tokenizers.huggingface import HFTokenizer
 
-        return HFTokenizer(location, eod=eod, merges=merges,
-                           add_special_tokens=True if add_special_tokens is None
-                           else add_special_tokens)
+        return HFTokenizer(
+            location,
+            eod=eod,
+            merges=merges,
+            add_special_tokens=True if add_special_tokens is None else add_special_tokens,
+        )
     if kind == "tiktoken":
         from tokenloom.tokenizers.tiktoken_bpe import TiktokenTokenizer
 

@@ -31,16 +31,19 @@ from tokenloom.tokenizers.base import ID_DTYPE, BaseTokenizer, check_model_file,
 
 ENDOFTEXT = "<|endoftext|>"
 # GPT-2's split pattern (as tiktoken writes it); used when nothing else is known
-GPT2_PATTERN = (r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++"""
-                r"""|\s++$|\s+(?!\S)|\s""")
+GPT2_PATTERN = (
+    r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++"""
+    r"""|\s++$|\s+(?!\S)|\s"""
+)
 
 
 def _import_tiktoken():
     try:
         import tiktoken
     except ImportError as error:
-        raise TokenizerError("tiktoken encodings need the 'tiktoken' package: "
-                             "pip install 'tokenloom[tokenizers]'") from error
+        raise TokenizerError(
+            "tiktoken encodings need the 'tiktoken' package: pip install 'tokenloom[tokenizers]'"
+        ) from error
     return tiktoken
 
 
@@ -55,8 +58,10 @@ def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
                 token, rank = line.split()
                 ranks[base64.b64decode(token, validate=True)] = int(rank)
             except ValueError as error:
-                raise TokenizerError(f"{path}:{number}: not a '.tiktoken' line (expected "
-                                     f"'<base64 token> <rank>'): {line[:60]!r}") from error
+                raise TokenizerError(
+                    f"{path}:{number}: not a '.tiktoken' line (expected "
+                    f"'<base64 token> <rank>'): {line[:60]!r}"
+                ) from error
     if not ranks:
         raise TokenizerError(f"{path}: the .tiktoken file holds no ranks")
     return ranks
@@ -87,8 +92,10 @@ def named_encoding_params(name: str, ranks: dict[bytes, int]) -> Optional[dict]:
     constructor = getattr(public, name, None)
     if not callable(constructor):
         return None
-    with _replaced(public, "load_tiktoken_bpe", lambda *a, **k: ranks), \
-            _replaced(public, "data_gym_to_mergeable_bpe_ranks", lambda *a, **k: ranks):
+    with (
+        _replaced(public, "load_tiktoken_bpe", lambda *a, **k: ranks),
+        _replaced(public, "data_gym_to_mergeable_bpe_ranks", lambda *a, **k: ranks),
+    ):
         return constructor()
 
 
@@ -111,7 +118,8 @@ def load_builtin_encoding(name: str):
         raise TokenizerError(
             f"tiktoken encoding {name!r} is not in tiktoken's cache (TIKTOKEN_CACHE_DIR) and "
             f"tokenloom does not download at run time ({error}); copy {name}.tiktoken to this "
-            f"machine and pass --tokenizer tiktoken:/path/to/{name}.tiktoken") from None
+            f"machine and pass --tokenizer tiktoken:/path/to/{name}.tiktoken"
+        ) from None
     except ValueError as error:
         raise TokenizerError(f"unknown tiktoken encoding {name!r}: {error}") from error
 
@@ -128,14 +136,20 @@ class TiktokenTokenizer(BaseTokenizer):
             text directly, which is the same work without the thread pool.
     """
 
-    def __init__(self, source: str, pattern: Optional[str] = None,
-                 eod: Union[str, int, None] = None, num_threads: int = 1) -> None:
+    def __init__(
+        self,
+        source: str,
+        pattern: Optional[str] = None,
+        eod: Union[str, int, None] = None,
+        num_threads: int = 1,
+    ) -> None:
         tiktoken = _import_tiktoken()
         self.num_threads = max(int(num_threads), 1)
         source = os.fspath(source)
         if os.path.sep in source or source.endswith(".tiktoken") or os.path.exists(source):
             self.path: Optional[str] = check_model_file(
-                source, "tiktoken", "pass a .tiktoken file or a built-in encoding name")
+                source, "tiktoken", "pass a .tiktoken file or a built-in encoding name"
+            )
             self._encoding = self._from_file(tiktoken, self.path, pattern, eod)
             digest = file_sha256(self.path)
         else:
@@ -146,9 +160,14 @@ class TiktokenTokenizer(BaseTokenizer):
         self.pad = None
         self._finish_init(
             {"source": source, "pattern": pattern, "eod": eod, "num_threads": num_threads},
-            {"class": type(self).__name__, "tokenizer_path": [self.path] if self.path else [],
-             "encoding": self._encoding.name, "sha256": digest,
-             "pattern": getattr(self._encoding, "_pat_str", None)})
+            {
+                "class": type(self).__name__,
+                "tokenizer_path": [self.path] if self.path else [],
+                "encoding": self._encoding.name,
+                "sha256": digest,
+                "pattern": getattr(self._encoding, "_pat_str", None),
+            },
+        )
 
     @staticmethod
     def _from_file(tiktoken, path: str, pattern: Optional[str], eod):
@@ -158,9 +177,12 @@ class TiktokenTokenizer(BaseTokenizer):
         if params is None:
             borrowed = named_encoding_params(pattern, ranks) if pattern else None
             eod_text = eod if isinstance(eod, str) and not eod.isdigit() else ENDOFTEXT
-            params = {"name": stem or os.path.basename(path), "mergeable_ranks": ranks,
-                      "pat_str": borrowed["pat_str"] if borrowed else (pattern or GPT2_PATTERN),
-                      "special_tokens": {eod_text: max(ranks.values()) + 1}}
+            params = {
+                "name": stem or os.path.basename(path),
+                "mergeable_ranks": ranks,
+                "pat_str": borrowed["pat_str"] if borrowed else (pattern or GPT2_PATTERN),
+                "special_tokens": {eod_text: max(ranks.values()) + 1},
+            }
         try:
             return tiktoken.Encoding(**params)
         except Exception as error:  # bad regex, inconsistent vocabulary, ...
@@ -173,12 +195,16 @@ class TiktokenTokenizer(BaseTokenizer):
         if isinstance(eod, int) or str(eod).isdigit():
             value = int(eod)
             if not 0 <= value < self.vocab_size:
-                raise TokenizerError(f"tiktoken {self._encoding.name}: eod id {value} is outside "
-                                     f"0..{self.vocab_size - 1}")
+                raise TokenizerError(
+                    f"tiktoken {self._encoding.name}: eod id {value} is outside "
+                    f"0..{self.vocab_size - 1}"
+                )
             return value
         if eod not in specials:
-            raise TokenizerError(f"tiktoken {self._encoding.name}: eod {eod!r} is not one of its "
-                                 f"special tokens {sorted(specials)}")
+            raise TokenizerError(
+                f"tiktoken {self._encoding.name}: eod {eod!r} is not one of its "
+                f"special tokens {sorted(specials)}"
+            )
         return self._encoding.encode_single_token(eod)
 
     def _encode_native(self, texts: list[str]) -> list:
@@ -207,7 +233,8 @@ class TiktokenTokenizer(BaseTokenizer):
             return self._encoding.decode(self._id_list(ids))
         except (KeyError, ValueError) as error:
             raise TokenizerError(
-                f"tiktoken {self._encoding.name}: cannot decode: {error}") from error
+                f"tiktoken {self._encoding.name}: cannot decode: {error}"
+            ) from error
 
     @property
     def backend(self):
@@ -215,5 +242,11 @@ class TiktokenTokenizer(BaseTokenizer):
         return self._encoding
 
 
-__all__ = ["TiktokenTokenizer", "read_tiktoken_ranks", "named_encoding_params",
-           "load_builtin_encoding", "GPT2_PATTERN", "ENDOFTEXT"]
+__all__ = [
+    "TiktokenTokenizer",
+    "read_tiktoken_ranks",
+    "named_encoding_params",
+    "load_builtin_encoding",
+    "GPT2_PATTERN",
+    "ENDOFTEXT",
+]

@@ -30,8 +30,12 @@ BATCH_DTYPES: dict[str, torch.dtype] = {
     "loss_mask": torch.float32,
     "position_ids": torch.int64,
 }
-NUMPY_DTYPES = {"tokens": numpy.int64, "labels": numpy.int64, "loss_mask": numpy.float32,
-                "position_ids": numpy.int64}
+NUMPY_DTYPES = {
+    "tokens": numpy.int64,
+    "labels": numpy.int64,
+    "loss_mask": numpy.float32,
+    "position_ids": numpy.int64,
+}
 _CAUSAL: dict[int, torch.Tensor] = {}
 
 
@@ -93,8 +97,9 @@ def _sizes(b: int, s: int) -> list[int]:
     return [b * s * numpy.dtype(NUMPY_DTYPES[name]).itemsize for name in BATCH_DTYPES]
 
 
-def _allocate(b: int, s: int, pin: bool,
-              pool: Optional[BufferPool] = None) -> dict[str, torch.Tensor]:
+def _allocate(
+    b: int, s: int, pin: bool, pool: Optional[BufferPool] = None
+) -> dict[str, torch.Tensor]:
     """The four ``[b, s]`` tensors as views of one block: shared memory in a worker,
     pinned (torch's caching host allocator) when asked, else a pooled numpy block."""
     sizes = _sizes(b, s)
@@ -104,12 +109,12 @@ def _allocate(b: int, s: int, pin: bool,
         block = torch.empty(sum(sizes), dtype=torch.uint8)
         block = block.share_memory_() if _in_worker() else block.pin_memory() if pin else block
         for (name, dtype), size in zip(BATCH_DTYPES.items(), sizes):
-            out[name] = block[offset:offset + size].view(dtype).view(b, s)
+            out[name] = block[offset : offset + size].view(dtype).view(b, s)
             offset += size
         return out
     raw = pool.take(sum(sizes))
     for name, size in zip(BATCH_DTYPES, sizes):
-        view = raw[offset:offset + size].view(NUMPY_DTYPES[name]).reshape(b, s)
+        view = raw[offset : offset + size].view(NUMPY_DTYPES[name]).reshape(b, s)
         out[name] = torch.from_numpy(view)
         offset += size
     return out
@@ -134,9 +139,16 @@ def _sequence_length(dataset: Any, indices: Sequence[int]) -> int:
     return int(length)
 
 
-def collate_batch(dataset: Any, indices: Sequence[int], *, attention_mask: str = "none",
-                  with_cu_seqlens: bool = False, eod: Optional[int] = None,
-                  pin: bool = False, pool: Optional[BufferPool] = None) -> dict[str, torch.Tensor]:
+def collate_batch(
+    dataset: Any,
+    indices: Sequence[int],
+    *,
+    attention_mask: str = "none",
+    with_cu_seqlens: bool = False,
+    eod: Optional[int] = None,
+    pin: bool = False,
+    pool: Optional[BufferPool] = None,
+) -> dict[str, torch.Tensor]:
     """One micro-batch ``indices`` of ``dataset`` as a dict of torch tensors.
 
     ``attention_mask``: ``"none"``, ``"causal"`` (one causal mask expanded over the batch,
@@ -156,15 +168,17 @@ def collate_batch(dataset: Any, indices: Sequence[int], *, attention_mask: str =
     else:
         samples = _stack_rows(dataset, indices, views)
         if samples and "dataset_id" in samples[0]:
-            batch["dataset_id"] = torch.tensor([int(s["dataset_id"]) for s in samples],
-                                               dtype=torch.int16)
+            batch["dataset_id"] = torch.tensor(
+                [int(s["dataset_id"]) for s in samples], dtype=torch.int16
+            )
     if attention_mask == "causal":
         s = tensors["tokens"].shape[1]
         batch["attention_mask"] = _causal(s).expand(len(indices), 1, s, s)
     elif attention_mask == "per_sample":
         rows = samples or [dataset[i] for i in indices]
         batch["attention_mask"] = torch.from_numpy(
-            numpy.stack([numpy.asarray(r["attention_mask"], dtype=bool) for r in rows]))
+            numpy.stack([numpy.asarray(r["attention_mask"], dtype=bool) for r in rows])
+        )
     if with_cu_seqlens and eod is not None:
         batch["cu_seqlens"], batch["max_seqlen"] = cu_seqlens(tensors["tokens"], eod)
     return batch
@@ -179,8 +193,16 @@ class BatchFetcher(torch.utils.data.Dataset):
     per-sample dicts instead of one batch dict.
     """
 
-    def __init__(self, dataset: Any, *, attention_mask: str, with_cu_seqlens: bool,
-                 eod: Optional[int], pin: bool, per_sample: bool = False) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        attention_mask: str,
+        with_cu_seqlens: bool,
+        eod: Optional[int],
+        pin: bool,
+        per_sample: bool = False,
+    ) -> None:
         self.dataset = dataset
         self.attention_mask = attention_mask
         self.with_cu_seqlens = with_cu_seqlens
@@ -196,13 +218,18 @@ class BatchFetcher(torch.utils.data.Dataset):
         epoch, indices = request
         if isinstance(self.dataset, RandomSeedDataset):
             self.dataset.set_epoch(epoch)
-        batch = collate_batch(self.dataset, indices, attention_mask=self.attention_mask,
-                              with_cu_seqlens=self.with_cu_seqlens and not self.per_sample,
-                              eod=self.eod, pin=self.pin and not _in_worker(), pool=self.pool)
+        batch = collate_batch(
+            self.dataset,
+            indices,
+            attention_mask=self.attention_mask,
+            with_cu_seqlens=self.with_cu_seqlens and not self.per_sample,
+            eod=self.eod,
+            pin=self.pin and not _in_worker(),
+            pool=self.pool,
+        )
         if not self.per_sample:
             return batch
-        return [{name: value[row] for name, value in batch.items()}
-                for row in range(len(indices))]
+        return [{name: value[row] for name, value in batch.items()} for row in range(len(indices))]
 
 
 def no_collate(item: Any) -> Any:

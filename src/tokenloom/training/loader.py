@@ -25,8 +25,12 @@ from tokenloom.training.samplers import (
 )
 from tokenloom.training.state import STATE_FORMAT, check_state, dataset_fingerprint
 
-__all__ = ["DATALOADER_TYPES", "PretrainingDataLoader", "build_pretraining_data_loader",
-           "cyclic_iter"]
+__all__ = [
+    "DATALOADER_TYPES",
+    "PretrainingDataLoader",
+    "build_pretraining_data_loader",
+    "cyclic_iter",
+]
 
 DATALOADER_TYPES = ("single", "cyclic", "elastic", "external")
 
@@ -39,8 +43,10 @@ def cyclic_iter(iterable: Any) -> Iterator[Any]:
             empty = False
             yield item
         if empty:
-            raise ConfigError("cyclic_iter: a pass over the data loader yielded no batch; "
-                              "the dataset is too small for micro_batch_size * data_parallel_size")
+            raise ConfigError(
+                "cyclic_iter: a pass over the data loader yielded no batch; "
+                "the dataset is too small for micro_batch_size * data_parallel_size"
+            )
 
 
 class _Requests:
@@ -82,8 +88,14 @@ class PretrainingDataLoader:
     the data-parallel size, forever).
     """
 
-    def __init__(self, dataset: Any, consumed_samples: int, options: dict[str, Any],
-                 loader_kwargs: dict[str, Any], fetcher: BatchFetcher) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        consumed_samples: int,
+        options: dict[str, Any],
+        loader_kwargs: dict[str, Any],
+        fetcher: BatchFetcher,
+    ) -> None:
         self.dataset = dataset
         self.options = options
         self._consumed = consumed_samples
@@ -95,31 +107,47 @@ class PretrainingDataLoader:
         self._requests = _Requests(self.batch_sampler, 0)
         self.fetcher = fetcher
         self.dataloader = torch.utils.data.DataLoader(
-            fetcher, sampler=self._requests, batch_size=None, collate_fn=no_collate,
-            **loader_kwargs)
+            fetcher, sampler=self._requests, batch_size=None, collate_fn=no_collate, **loader_kwargs
+        )
 
     # -- samplers --------------------------------------------------------------------
     def _make_sampler(self, consumed: int) -> Any:
         o, total = self.options, len(self.dataset)
-        ranks = {"data_parallel_rank": o["data_parallel_rank"],
-                 "data_parallel_size": o["data_parallel_size"]}
+        ranks = {
+            "data_parallel_rank": o["data_parallel_rank"],
+            "data_parallel_size": o["data_parallel_size"],
+        }
         kind = o["dataloader_type"]
         if kind == "single" and o["hybrid_context_parallel"]:
             return HybridCPMegatronPretrainingSampler(
-                total, consumed, o["micro_batch_size"], o["global_batch_size"], **ranks,
-                drop_last=o["drop_last"])
+                total,
+                consumed,
+                o["micro_batch_size"],
+                o["global_batch_size"],
+                **ranks,
+                drop_last=o["drop_last"],
+            )
         if kind == "single":
-            return MegatronPretrainingSampler(total, consumed, o["micro_batch_size"], **ranks,
-                                              drop_last=o["drop_last"])
+            return MegatronPretrainingSampler(
+                total, consumed, o["micro_batch_size"], **ranks, drop_last=o["drop_last"]
+            )
         if kind == "cyclic":
-            return MegatronPretrainingRandomSampler(self.dataset, total, consumed,
-                                                    o["micro_batch_size"], **ranks,
-                                                    data_sharding=o["data_sharding"])
+            return MegatronPretrainingRandomSampler(
+                self.dataset,
+                total,
+                consumed,
+                o["micro_batch_size"],
+                **ranks,
+                data_sharding=o["data_sharding"],
+            )
         if o["global_batch_size"] is None:
-            raise ConfigError("dataloader_type='elastic' needs global_batch_size (the unit "
-                              "whose contents stay fixed when data_parallel_size changes)")
-        return ElasticPretrainingSampler(total, consumed, o["micro_batch_size"],
-                                         o["global_batch_size"], **ranks, seed=o["seed"])
+            raise ConfigError(
+                "dataloader_type='elastic' needs global_batch_size (the unit "
+                "whose contents stay fixed when data_parallel_size changes)"
+            )
+        return ElasticPretrainingSampler(
+            total, consumed, o["micro_batch_size"], o["global_batch_size"], **ranks, seed=o["seed"]
+        )
 
     def _step(self) -> int:
         sampler = self.batch_sampler
@@ -149,8 +177,10 @@ class PretrainingDataLoader:
             step, empty = self._step(), self._requests.skip == 0
             for batch in self._batches():
                 if generation != self._generation:
-                    raise ConfigError("this iterator is stale: the loader was iterated again "
-                                      "or load_state_dict() was called; call iter() again")
+                    raise ConfigError(
+                        "this iterator is stale: the loader was iterated again "
+                        "or load_state_dict() was called; call iter() again"
+                    )
                 empty = False
                 self._pass_batches += 1
                 self._consumed += step
@@ -159,8 +189,10 @@ class PretrainingDataLoader:
                 self._consumed = max(self._consumed, len(self.dataset))
                 return
             if empty:
-                raise ConfigError("a pass over the data yielded no batch; the dataset is too "
-                                  "small for micro_batch_size * data_parallel_size")
+                raise ConfigError(
+                    "a pass over the data yielded no batch; the dataset is too "
+                    "small for micro_batch_size * data_parallel_size"
+                )
             self._pass_start, self._pass_batches = self._consumed, 0
 
     def _batches(self) -> Iterator[Any]:
@@ -175,10 +207,17 @@ class PretrainingDataLoader:
         """Fetch one sample in this process before forked workers start, so that they
         inherit the loaded batch kernel instead of each loading it (~0.3-1 s apiece)."""
         context = self.dataloader.multiprocessing_context
-        method = context.get_start_method() if context is not None \
+        method = (
+            context.get_start_method()
+            if context is not None
             else torch.multiprocessing.get_start_method()
-        if self._warmed or method != "fork" or isinstance(self.dataset, RandomSeedDataset) \
-                or not hasattr(self.dataset, "get_batch"):
+        )
+        if (
+            self._warmed
+            or method != "fork"
+            or isinstance(self.dataset, RandomSeedDataset)
+            or not hasattr(self.dataset, "get_batch")
+        ):
             return
         self._warmed = True
         collate_batch(self.dataset, [0], pool=self.fetcher.pool)
@@ -193,14 +232,19 @@ class PretrainingDataLoader:
         """What resuming needs; safe to call while an iterator (with workers) is live."""
         o = self.options
         return {
-            "format": STATE_FORMAT, "dataloader_type": o["dataloader_type"],
+            "format": STATE_FORMAT,
+            "dataloader_type": o["dataloader_type"],
             "sampler": type(self.batch_sampler).__name__,
-            "consumed_samples": self._consumed, "pass_start_consumed": self._pass_start,
+            "consumed_samples": self._consumed,
+            "pass_start_consumed": self._pass_start,
             "pass_batches": self._pass_batches,
-            "micro_batch_size": o["micro_batch_size"], "global_batch_size": o["global_batch_size"],
+            "micro_batch_size": o["micro_batch_size"],
+            "global_batch_size": o["global_batch_size"],
             "data_parallel_size": o["data_parallel_size"],
             "data_parallel_rank": o["data_parallel_rank"],
-            "data_sharding": o["data_sharding"], "drop_last": o["drop_last"], "seed": o["seed"],
+            "data_sharding": o["data_sharding"],
+            "drop_last": o["drop_last"],
+            "seed": o["seed"],
             "dataset": dataset_fingerprint(self.dataset),
         }
 
@@ -217,35 +261,54 @@ class PretrainingDataLoader:
         pass_start, pass_batches = state.get("pass_start_consumed"), state.get("pass_batches")
         if kind != "cyclic":  # these samplers are a function of consumed_samples alone
             pass_start, pass_batches = consumed, 0
-        if not isinstance(pass_start, int) or not isinstance(pass_batches, int) \
-                or pass_batches < 0 or pass_start + pass_batches * self._step() != consumed:
-            raise ConfigError(f"loader state is inconsistent: pass_start_consumed={pass_start} "
-                              f"+ pass_batches={pass_batches} * {self._step()} != "
-                              f"consumed_samples={consumed}")
+        if (
+            not isinstance(pass_start, int)
+            or not isinstance(pass_batches, int)
+            or pass_batches < 0
+            or pass_start + pass_batches * self._step() != consumed
+        ):
+            raise ConfigError(
+                f"loader state is inconsistent: pass_start_consumed={pass_start} "
+                f"+ pass_batches={pass_batches} * {self._step()} != "
+                f"consumed_samples={consumed}"
+            )
         if kind == "single" and consumed > len(self.dataset):
-            raise ConfigError(f"loader state consumed_samples={consumed} is past the end of "
-                              f"the dataset ({len(self.dataset)} samples)")
+            raise ConfigError(
+                f"loader state consumed_samples={consumed} is past the end of "
+                f"the dataset ({len(self.dataset)} samples)"
+            )
         if not (kind == "single" and consumed == len(self.dataset)):
             self._make_sampler(pass_start)  # raises on a count past the end or off a step
         self._consumed, self._pass_start, self._pass_batches = consumed, pass_start, pass_batches
         self._generation += 1
 
 
-def _loader_kwargs(num_workers: int, pin_memory: Optional[bool],
-                   persistent_workers: Optional[bool], multiprocessing_context: Optional[str],
-                   prefetch_factor: Optional[int], timeout: float,
-                   worker_init_fn: Optional[Callable[[int], None]]) -> dict[str, Any]:
+def _loader_kwargs(
+    num_workers: int,
+    pin_memory: Optional[bool],
+    persistent_workers: Optional[bool],
+    multiprocessing_context: Optional[str],
+    prefetch_factor: Optional[int],
+    timeout: float,
+    worker_init_fn: Optional[Callable[[int], None]],
+) -> dict[str, Any]:
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ConfigError(f"num_workers must be an integer >= 0, got {num_workers!r}")
     if multiprocessing_context not in (None, "fork", "spawn", "forkserver"):
-        raise ConfigError(f"multiprocessing_context must be 'fork', 'spawn', 'forkserver' or "
-                          f"None, got {multiprocessing_context!r}")
+        raise ConfigError(
+            f"multiprocessing_context must be 'fork', 'spawn', 'forkserver' or "
+            f"None, got {multiprocessing_context!r}"
+        )
     kwargs: dict[str, Any] = {
         "num_workers": num_workers,
         "pin_memory": torch.cuda.is_available() if pin_memory is None else bool(pin_memory),
-        "persistent_workers": (num_workers > 0 if persistent_workers is None
-                               else bool(persistent_workers) and num_workers > 0),
-        "timeout": timeout, "worker_init_fn": worker_init_fn,
+        "persistent_workers": (
+            num_workers > 0
+            if persistent_workers is None
+            else bool(persistent_workers) and num_workers > 0
+        ),
+        "timeout": timeout,
+        "worker_init_fn": worker_init_fn,
     }
     if num_workers > 0:
         kwargs["multiprocessing_context"] = multiprocessing_context
@@ -263,14 +326,27 @@ def _is_full_validation(dataset: Any, full_validation: bool) -> bool:
 
 
 def build_pretraining_data_loader(
-    dataset: Any, consumed_samples: int, *, dataloader_type: str = "single",
-    micro_batch_size: int, data_parallel_rank: int = 0, data_parallel_size: int = 1,
-    num_workers: int = 0, data_sharding: bool = True, global_batch_size: Optional[int] = None,
-    hybrid_context_parallel: bool = False, full_validation: bool = False,
-    drop_last: bool = True, seed: int = 0, pin_memory: Optional[bool] = None,
-    persistent_workers: Optional[bool] = None, multiprocessing_context: Optional[str] = None,
-    prefetch_factor: Optional[int] = None, create_attention_mask: Optional[bool] = None,
-    return_cu_seqlens: bool = False, timeout: float = 0.0,
+    dataset: Any,
+    consumed_samples: int,
+    *,
+    dataloader_type: str = "single",
+    micro_batch_size: int,
+    data_parallel_rank: int = 0,
+    data_parallel_size: int = 1,
+    num_workers: int = 0,
+    data_sharding: bool = True,
+    global_batch_size: Optional[int] = None,
+    hybrid_context_parallel: bool = False,
+    full_validation: bool = False,
+    drop_last: bool = True,
+    seed: int = 0,
+    pin_memory: Optional[bool] = None,
+    persistent_workers: Optional[bool] = None,
+    multiprocessing_context: Optional[str] = None,
+    prefetch_factor: Optional[int] = None,
+    create_attention_mask: Optional[bool] = None,
+    return_cu_seqlens: bool = False,
+    timeout: float = 0.0,
     worker_init_fn: Optional[Callable[[int], None]] = None,
 ) -> Any:
     """Megatron's ``build_pretraining_data_loader`` with its ``args`` made explicit.
@@ -286,8 +362,9 @@ def build_pretraining_data_loader(
     if dataset is None:
         return None
     if dataloader_type not in DATALOADER_TYPES:
-        raise ConfigError(f"dataloader_type must be one of {DATALOADER_TYPES}, "
-                          f"got {dataloader_type!r}")
+        raise ConfigError(
+            f"dataloader_type must be one of {DATALOADER_TYPES}, got {dataloader_type!r}"
+        )
     if dataloader_type == "external":
         return dataset
     if _is_full_validation(dataset, full_validation):
@@ -295,18 +372,33 @@ def build_pretraining_data_loader(
     if hybrid_context_parallel and global_batch_size is None:
         raise ConfigError("hybrid_context_parallel=True needs global_batch_size")
     options = {
-        "dataloader_type": dataloader_type, "micro_batch_size": micro_batch_size,
-        "global_batch_size": global_batch_size, "data_parallel_rank": data_parallel_rank,
-        "data_parallel_size": data_parallel_size, "data_sharding": bool(data_sharding),
-        "drop_last": bool(drop_last), "seed": seed,
+        "dataloader_type": dataloader_type,
+        "micro_batch_size": micro_batch_size,
+        "global_batch_size": global_batch_size,
+        "data_parallel_rank": data_parallel_rank,
+        "data_parallel_size": data_parallel_size,
+        "data_sharding": bool(data_sharding),
+        "drop_last": bool(drop_last),
+        "seed": seed,
         "hybrid_context_parallel": bool(hybrid_context_parallel),
     }
-    kwargs = _loader_kwargs(num_workers, pin_memory, persistent_workers,
-                            multiprocessing_context, prefetch_factor, timeout, worker_init_fn)
-    fetcher = BatchFetcher(dataset, attention_mask=_resolve_attention(dataset, create_attention_mask),
-                           with_cu_seqlens=return_cu_seqlens, eod=_eod(dataset),
-                           pin=kwargs["pin_memory"] and torch.cuda.is_available(),
-                           per_sample=bool(hybrid_context_parallel))
+    kwargs = _loader_kwargs(
+        num_workers,
+        pin_memory,
+        persistent_workers,
+        multiprocessing_context,
+        prefetch_factor,
+        timeout,
+        worker_init_fn,
+    )
+    fetcher = BatchFetcher(
+        dataset,
+        attention_mask=_resolve_attention(dataset, create_attention_mask),
+        with_cu_seqlens=return_cu_seqlens,
+        eod=_eod(dataset),
+        pin=kwargs["pin_memory"] and torch.cuda.is_available(),
+        per_sample=bool(hybrid_context_parallel),
+    )
     if return_cu_seqlens and fetcher.eod is None:
         raise ConfigError("return_cu_seqlens=True needs the dataset's config.tokenizer.eod")
     return PretrainingDataLoader(dataset, consumed_samples, options, kwargs, fetcher)

@@ -50,34 +50,47 @@ def _check_ranks(rank: Any, size: Any) -> tuple[int, int]:
     size = _integer("data_parallel_size", size, 1)
     rank = _integer("data_parallel_rank", rank, 0)
     if rank >= size:
-        raise ConfigError(f"data_parallel_rank must be smaller than data_parallel_size: "
-                          f"got data_parallel_rank={rank}, data_parallel_size={size}")
+        raise ConfigError(
+            f"data_parallel_rank must be smaller than data_parallel_size: "
+            f"got data_parallel_rank={rank}, data_parallel_size={size}"
+        )
     return rank, size
 
 
 def _check_total(total: Any) -> int:
     total = _integer("total_samples", total, 0)
     if total == 0:
-        raise ConfigError("total_samples is 0: the dataset has no sample to consume "
-                          "(check the split and num_samples)")
+        raise ConfigError(
+            "total_samples is 0: the dataset has no sample to consume "
+            "(check the split and num_samples)"
+        )
     return total
 
 
 class MegatronPretrainingSampler:
     """Consecutive micro-batches from ``consumed_samples`` on; rank r takes slice r."""
 
-    def __init__(self, total_samples: int, consumed_samples: int, micro_batch_size: int,
-                 data_parallel_rank: int, data_parallel_size: int,
-                 drop_last: bool = True) -> None:
+    def __init__(
+        self,
+        total_samples: int,
+        consumed_samples: int,
+        micro_batch_size: int,
+        data_parallel_rank: int,
+        data_parallel_size: int,
+        drop_last: bool = True,
+    ) -> None:
         self.total_samples = _check_total(total_samples)
         self.consumed_samples = _integer("consumed_samples", consumed_samples, 0)
         if self.consumed_samples >= self.total_samples:
-            raise ConfigError(f"consumed_samples={self.consumed_samples} is past the end: the "
-                              f"dataset has total_samples={self.total_samples}; no samples "
-                              "left to consume (build the dataset with more samples)")
+            raise ConfigError(
+                f"consumed_samples={self.consumed_samples} is past the end: the "
+                f"dataset has total_samples={self.total_samples}; no samples "
+                "left to consume (build the dataset with more samples)"
+            )
         self.micro_batch_size = _integer("micro_batch_size", micro_batch_size, 1)
-        self.data_parallel_rank, data_parallel_size = _check_ranks(data_parallel_rank,
-                                                                   data_parallel_size)
+        self.data_parallel_rank, data_parallel_size = _check_ranks(
+            data_parallel_rank, data_parallel_size
+        )
         self.micro_batch_times_data_parallel_size = self.micro_batch_size * data_parallel_size
         self.drop_last = bool(drop_last)
 
@@ -109,21 +122,35 @@ class MegatronPretrainingSampler:
 class HybridCPMegatronPretrainingSampler(MegatronPretrainingSampler):
     """All of this rank's indices of one global batch at once (hybrid context parallel)."""
 
-    def __init__(self, total_samples: int, consumed_samples: int, micro_batch_size: int,
-                 global_batch_size: int, data_parallel_rank: int, data_parallel_size: int,
-                 drop_last: bool = True) -> None:
-        super().__init__(total_samples, consumed_samples, micro_batch_size,
-                         data_parallel_rank, data_parallel_size, drop_last)
+    def __init__(
+        self,
+        total_samples: int,
+        consumed_samples: int,
+        micro_batch_size: int,
+        global_batch_size: int,
+        data_parallel_rank: int,
+        data_parallel_size: int,
+        drop_last: bool = True,
+    ) -> None:
+        super().__init__(
+            total_samples,
+            consumed_samples,
+            micro_batch_size,
+            data_parallel_rank,
+            data_parallel_size,
+            drop_last,
+        )
         self.global_batch_size = _integer("global_batch_size", global_batch_size, 0)
         self.data_parallel_size = int(data_parallel_size)
-        self.num_micro_batches = (self.global_batch_size
-                                  // self.micro_batch_times_data_parallel_size)
+        self.num_micro_batches = self.global_batch_size // self.micro_batch_times_data_parallel_size
 
     def get_start_end_idx_global_batch(self) -> tuple[list[int], list[int]]:
         """Start and end of this rank's slice in each micro-step of a global batch."""
-        starts = [self.data_parallel_rank * self.micro_batch_size
-                  + i * self.micro_batch_size * self.data_parallel_size
-                  for i in range(self.num_micro_batches)]
+        starts = [
+            self.data_parallel_rank * self.micro_batch_size
+            + i * self.micro_batch_size * self.data_parallel_size
+            for i in range(self.num_micro_batches)
+        ]
         return starts, [start + self.micro_batch_size for start in starts]
 
     def _step(self) -> int:
@@ -197,9 +224,11 @@ class _PermutationMemo:
 def _check_epoch_offset(consumed: int, active: int, step: int) -> tuple[int, int]:
     epoch, offset = divmod(consumed, active)
     if offset % step:
-        raise ConfigError(f"consumed_samples={consumed} puts the sampler {offset} samples into "
-                          f"epoch {epoch}, which is not a multiple of micro_batch_size * "
-                          f"data_parallel_size = {step}; resume from a step boundary")
+        raise ConfigError(
+            f"consumed_samples={consumed} puts the sampler {offset} samples into "
+            f"epoch {epoch}, which is not a multiple of micro_batch_size * "
+            f"data_parallel_size = {step}; resume from a step boundary"
+        )
     return epoch, offset
 
 
@@ -211,15 +240,23 @@ class MegatronPretrainingRandomSampler:
     ``dataset`` is only used for ``set_epoch`` when it is a :class:`RandomSeedDataset`.
     """
 
-    def __init__(self, dataset: Any, total_samples: int, consumed_samples: int,
-                 micro_batch_size: int, data_parallel_rank: int, data_parallel_size: int,
-                 data_sharding: bool) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        total_samples: int,
+        consumed_samples: int,
+        micro_batch_size: int,
+        data_parallel_rank: int,
+        data_parallel_size: int,
+        data_sharding: bool,
+    ) -> None:
         self.dataset = dataset
         self.total_samples = _check_total(total_samples)
         self.consumed_samples = _integer("consumed_samples", consumed_samples, 0)
         self.micro_batch_size = _integer("micro_batch_size", micro_batch_size, 1)
-        self.data_parallel_rank, self.data_parallel_size = _check_ranks(data_parallel_rank,
-                                                                        data_parallel_size)
+        self.data_parallel_rank, self.data_parallel_size = _check_ranks(
+            data_parallel_rank, data_parallel_size
+        )
         self.data_sharding = bool(data_sharding)
         self.micro_batch_times_data_parallel_size = self.micro_batch_size * self.data_parallel_size
         self.last_batch_size = self.total_samples % self.micro_batch_times_data_parallel_size
@@ -227,9 +264,11 @@ class MegatronPretrainingRandomSampler:
             raise ConfigError(
                 f"total_samples={self.total_samples} is smaller than micro_batch_size * "
                 f"data_parallel_size = {self.micro_batch_times_data_parallel_size}: not one "
-                "step fits (Megatron divides by zero here); use more samples or fewer ranks")
-        _check_epoch_offset(self.consumed_samples, self._active(),
-                            self.micro_batch_times_data_parallel_size)
+                "step fits (Megatron divides by zero here); use more samples or fewer ranks"
+            )
+        _check_epoch_offset(
+            self.consumed_samples, self._active(), self.micro_batch_times_data_parallel_size
+        )
         self.epoch = self.consumed_samples // self._active()
         self._memo = _PermutationMemo()
 
@@ -254,27 +293,29 @@ class MegatronPretrainingRandomSampler:
             bucket_size = (self.total_samples // step) * self.micro_batch_size
             permutation = self._memo.get(bucket_size, self.epoch)
             start = self.data_parallel_rank * bucket_size
-            return permutation[offset // self.data_parallel_size:] + start
+            return permutation[offset // self.data_parallel_size :] + start
         full_bucket_size = (self.total_samples // self.micro_batch_size) * self.micro_batch_size
         permutation = self._memo.get(full_bucket_size, self.epoch)
-        return permutation[offset:][self.data_parallel_rank::self.data_parallel_size]
+        return permutation[offset:][self.data_parallel_rank :: self.data_parallel_size]
 
     def __iter__(self) -> Iterator[list[int]]:
         indices = self.epoch_indices()
         size = self.micro_batch_size
         for begin in range(0, indices.shape[0] - size + 1, size):
             self.consumed_samples += self.micro_batch_times_data_parallel_size
-            yield indices[begin:begin + size].tolist()
+            yield indices[begin : begin + size].tolist()
 
 
 class MegatronFullValidationSampler:
     """Every sample once, one index per batch, rank r taking every dp-th sample."""
 
-    def __init__(self, total_samples: int, data_parallel_rank: int,
-                 data_parallel_size: int) -> None:
+    def __init__(
+        self, total_samples: int, data_parallel_rank: int, data_parallel_size: int
+    ) -> None:
         self.total_samples = _check_total(total_samples)
-        self.data_parallel_rank, self.data_parallel_size = _check_ranks(data_parallel_rank,
-                                                                        data_parallel_size)
+        self.data_parallel_rank, self.data_parallel_size = _check_ranks(
+            data_parallel_rank, data_parallel_size
+        )
 
     def __len__(self) -> int:
         return len(range(self.data_parallel_rank, self.total_samples, self.data_parallel_size))
@@ -295,28 +336,40 @@ class ElasticPretrainingSampler:
     One pass is one epoch (like the random sampler); ``consumed_samples`` is global.
     """
 
-    def __init__(self, total_samples: int, consumed_samples: int, micro_batch_size: int,
-                 global_batch_size: int, data_parallel_rank: int, data_parallel_size: int,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        total_samples: int,
+        consumed_samples: int,
+        micro_batch_size: int,
+        global_batch_size: int,
+        data_parallel_rank: int,
+        data_parallel_size: int,
+        seed: int = 0,
+    ) -> None:
         self.total_samples = _check_total(total_samples)
         self.consumed_samples = _integer("consumed_samples", consumed_samples, 0)
         self.micro_batch_size = _integer("micro_batch_size", micro_batch_size, 1)
         self.global_batch_size = _integer("global_batch_size", global_batch_size, 1)
-        self.data_parallel_rank, self.data_parallel_size = _check_ranks(data_parallel_rank,
-                                                                        data_parallel_size)
+        self.data_parallel_rank, self.data_parallel_size = _check_ranks(
+            data_parallel_rank, data_parallel_size
+        )
         self.seed = _integer("seed", seed, 0)
         self.micro_batch_times_data_parallel_size = self.micro_batch_size * self.data_parallel_size
         if self.global_batch_size % self.micro_batch_times_data_parallel_size:
             raise ConfigError(
                 f"global_batch_size={self.global_batch_size} is not a multiple of "
                 f"micro_batch_size * data_parallel_size = "
-                f"{self.micro_batch_times_data_parallel_size}")
+                f"{self.micro_batch_times_data_parallel_size}"
+            )
         self.epoch_samples = self.total_samples // self.global_batch_size * self.global_batch_size
         if self.epoch_samples == 0:
-            raise ConfigError(f"total_samples={self.total_samples} is smaller than "
-                              f"global_batch_size={self.global_batch_size}: no global batch fits")
-        _check_epoch_offset(self.consumed_samples, self.epoch_samples,
-                            self.micro_batch_times_data_parallel_size)
+            raise ConfigError(
+                f"total_samples={self.total_samples} is smaller than "
+                f"global_batch_size={self.global_batch_size}: no global batch fits"
+            )
+        _check_epoch_offset(
+            self.consumed_samples, self.epoch_samples, self.micro_batch_times_data_parallel_size
+        )
         self.epoch = self.consumed_samples // self.epoch_samples
         self._memo = _PermutationMemo()
 
@@ -335,4 +388,4 @@ class ElasticPretrainingSampler:
         first = self.data_parallel_rank * self.micro_batch_size
         for begin in range(offset + first, self.epoch_samples, step):
             self.consumed_samples += step
-            yield permutation[begin:begin + self.micro_batch_size].tolist()
+            yield permutation[begin : begin + self.micro_batch_size].tolist()

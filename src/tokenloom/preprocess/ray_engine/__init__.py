@@ -14,5 +14,13 @@ from tokenloom.preprocess.ray_engine.merge import merge_shards, read_prefix_list
 from tokenloom.preprocess.ray_engine.plan import Piece, Shard, plan_shards
 from tokenloom.preprocess.ray_engine.report import RaySummary, ShardReport
 
-__all__ = ["preprocess_ray", "plan_shards", "Shard", "Piece", "merge_shards",
-           "read_prefix_list", "RaySummary", "ShardReport"]
+__all__ = [
+    "preprocess_ray",
+    "plan_shards",
+    "Shard",
+    "Piece",
+    "merge_shards",
+    "read_prefix_list",
+    "RaySummary",
+    "ShardReport",
+]

@@ -20,23 +20,40 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     """Add ``--engine`` and the Ray engine's options to the preprocess parser."""
     group = parser.add_argument_group("engine (see docs/ray.md)")
     group.add_argument("--engine", choices=("local", "ray"), default="local", help=ENGINE_HELP)
-    group.add_argument("--address", default=None, metavar="ADDR",
-                       help="Ray cluster to run on (auto, HOST:PORT or ray://HOST:PORT); the "
-                            "inputs and the output folder must be on a file system every "
-                            "node sees")
-    group.add_argument("--num-shards", type=int, default=None, metavar="N",
-                       help="target number of shards (default: 2 per task slot of the cluster, "
-                            "or one per 256 MiB of input if more); fix it to reuse finished "
-                            "shards when re-running on another cluster")
-    group.add_argument("--no-merge", action="store_true",
-                       help="keep the shards and write P_{key}_document.prefixes, a blend list "
-                            "(Megatron's --data-args-path; tokenloom.preprocess.ray_engine."
-                            "read_prefix_list) instead of merging")
-    group.add_argument("--keep-shards", action="store_true",
-                       help="keep the shard folder P_shards/ after merging")
-    group.add_argument("--max-retries", type=int, default=3, metavar="N",
-                       help="retries of a shard whose worker or node dies or that hits an I/O "
-                            "error (default 3)")
+    group.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="Ray cluster to run on (auto, HOST:PORT or ray://HOST:PORT); the "
+        "inputs and the output folder must be on a file system every "
+        "node sees",
+    )
+    group.add_argument(
+        "--num-shards",
+        type=int,
+        default=None,
+        metavar="N",
+        help="target number of shards (default: 2 per task slot of the cluster, "
+        "or one per 256 MiB of input if more); fix it to reuse finished "
+        "shards when re-running on another cluster",
+    )
+    group.add_argument(
+        "--no-merge",
+        action="store_true",
+        help="keep the shards and write P_{key}_document.prefixes, a blend list "
+        "(Megatron's --data-args-path; tokenloom.preprocess.ray_engine."
+        "read_prefix_list) instead of merging",
+    )
+    group.add_argument(
+        "--keep-shards", action="store_true", help="keep the shard folder P_shards/ after merging"
+    )
+    group.add_argument(
+        "--max-retries",
+        type=int,
+        default=3,
+        metavar="N",
+        help="retries of a shard whose worker or node dies or that hits an I/O error (default 3)",
+    )
 
 
 _RAY_ONLY = ("address", "num_shards", "no_merge", "keep_shards")
@@ -54,9 +71,14 @@ def engine_from_args(args: argparse.Namespace, local: Callable[..., Any]) -> Cal
         raise ConfigError(f"--max-retries {args.max_retries}: use 0 or more")
     from tokenloom.preprocess.ray_engine.engine import preprocess_ray
 
-    return functools.partial(preprocess_ray, address=args.address, num_shards=args.num_shards,
-                             merge=not args.no_merge, keep_shards=args.keep_shards,
-                             max_retries=args.max_retries)
+    return functools.partial(
+        preprocess_ray,
+        address=args.address,
+        num_shards=args.num_shards,
+        merge=not args.no_merge,
+        keep_shards=args.keep_shards,
+        max_retries=args.max_retries,
+    )
 
 
 __all__ = ["add_engine_flags", "engine_from_args"]

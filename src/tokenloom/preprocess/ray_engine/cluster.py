@@ -33,8 +33,9 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError as error:
-        raise ConfigError("--engine ray needs Ray: pip install 'tokenloom[ray]' "
-                          f"(import failed: {error})") from error
+        raise ConfigError(
+            f"--engine ray needs Ray: pip install 'tokenloom[ray]' (import failed: {error})"
+        ) from error
     return ray
 
 
@@ -60,7 +61,9 @@ def _info(ray: Any, private: bool) -> ClusterInfo:
 
 
 @contextlib.contextmanager
-def ray_cluster(address: Optional[str] = None, num_cpus: Optional[int] = None) -> Iterator[ClusterInfo]:
+def ray_cluster(
+    address: Optional[str] = None, num_cpus: Optional[int] = None
+) -> Iterator[ClusterInfo]:
     """Yield the cluster of a run (see the module docstring); clean up on exit."""
     ray = import_ray()
     if ray.is_initialized():
@@ -71,15 +74,23 @@ def ray_cluster(address: Optional[str] = None, num_cpus: Optional[int] = None) -
         try:
             ray.init(address=address, runtime_env=env, log_to_driver=False)
         except (ConnectionError, ValueError, RuntimeError) as error:
-            raise ConfigError(f"--address {address}: cannot connect to the Ray cluster "
-                              f"({error}); start it with `ray start --head` or drop --address "
-                              "to use a private local cluster") from error
+            raise ConfigError(
+                f"--address {address}: cannot connect to the Ray cluster "
+                f"({error}); start it with `ray start --head` or drop --address "
+                "to use a private local cluster"
+            ) from error
         private = False
     else:
         if num_cpus is not None and int(num_cpus) < 1:
             raise ConfigError(f"num_cpus={num_cpus}: use 1 or more")
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                 _node_ip_address="127.0.0.1", runtime_env=env, configure_logging=False)
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            _node_ip_address="127.0.0.1",
+            runtime_env=env,
+            configure_logging=False,
+        )
         private = True
     try:
         yield _info(ray, private)

@@ -75,18 +75,28 @@ def _task_failure(ray: Any, error: Exception, shard: Shard, max_retries: int) ->
     if isinstance(error, ray.exceptions.RayTaskError) and isinstance(cause, TokenloomError):
         return cause
     if isinstance(error, ray.exceptions.RayTaskError) and cause is not None:
-        return PreprocessError(f"shard {shard.name} ({shard.describe()}) failed: "
-                               f"{type(cause).__name__}: {cause}")
-    return PreprocessError(f"shard {shard.name} ({shard.describe()}) failed after "
-                           f"{max_retries} retries: {type(error).__name__}: {error}")
+        return PreprocessError(
+            f"shard {shard.name} ({shard.describe()}) failed: {type(cause).__name__}: {cause}"
+        )
+    return PreprocessError(
+        f"shard {shard.name} ({shard.describe()}) failed after "
+        f"{max_retries} retries: {type(error).__name__}: {error}"
+    )
 
 
-def _run_shards(pending: list[Shard], job: ShardJob, tokenizer: Any, max_retries: int,
-                cpus_per_task: int, live: LiveProgress) -> dict[int, dict]:
+def _run_shards(
+    pending: list[Shard],
+    job: ShardJob,
+    tokenizer: Any,
+    max_retries: int,
+    cpus_per_task: int,
+    live: LiveProgress,
+) -> dict[int, dict]:
     """Run ``pending`` as Ray tasks; return their markers by shard index."""
     ray = import_ray()
-    task = ray.remote(run_shard).options(num_cpus=cpus_per_task, max_retries=max_retries,
-                                         retry_exceptions=[OSError])
+    task = ray.remote(run_shard).options(
+        num_cpus=cpus_per_task, max_retries=max_retries, retry_exceptions=[OSError]
+    )
     tokenizer_ref = ray.put(tokenizer)
     refs = {task.remote(shard, job, tokenizer_ref): shard for shard in pending}
     markers: dict[int, dict] = {}
@@ -101,8 +111,11 @@ def _run_shards(pending: list[Shard], job: ShardJob, tokenizer: Any, max_retries
                     raise _task_failure(ray, error, shard, max_retries) from None
                 markers[shard.index] = marker
                 outputs = marker["counts"]["outputs"].values()
-                live.shard_done(shard.nbytes, sum(o["documents"] for o in outputs),
-                                sum(o["tokens"] for o in outputs))
+                live.shard_done(
+                    shard.nbytes,
+                    sum(o["documents"] for o in outputs),
+                    sum(o["tokens"] for o in outputs),
+                )
             live.refresh()
     finally:
         for ref in refs:
@@ -118,14 +131,22 @@ def _merge_bar(prefixes: Sequence[str], show_progress: Optional[bool]) -> Any:
     return progress(total=total, unit="B", unit_scale=True, desc="merge", enabled=show_progress)
 
 
-def _finish(summary: RaySummary, shards: list[Shard], markers: dict[int, dict],
-            keys: Sequence[str], workdir: str, output_prefix: str, merge: bool,
-            keep_shards: bool, show_progress: Optional[bool]) -> None:
+def _finish(
+    summary: RaySummary,
+    shards: list[Shard],
+    markers: dict[int, dict],
+    keys: Sequence[str],
+    workdir: str,
+    output_prefix: str,
+    merge: bool,
+    keep_shards: bool,
+    show_progress: Optional[bool],
+) -> None:
     """Merge the shards of each key (or write its prefix list), then tidy the shard folder."""
     for key in keys:
         names = [str(markers[shard.index]["outputs"][key]) for shard in shards]
         prefixes = [os.path.join(workdir, name) for name in names]
-        final = os.fspath(output_prefix) + names[0][len(shards[0].name):]
+        final = os.fspath(output_prefix) + names[0][len(shards[0].name) :]
         if merge:
             with _merge_bar(prefixes, show_progress) as bar:
                 stats = merge_shards(prefixes, final, progress=bar.update)
@@ -134,8 +155,9 @@ def _finish(summary: RaySummary, shards: list[Shard], markers: dict[int, dict],
             continue
         tokens = [int(markers[s.index]["counts"]["outputs"][key]["tokens"]) for s in shards]
         kept = [(p, t) for p, t in zip(prefixes, tokens) if t > 0] or [(prefixes[0], 0)]
-        summary.prefix_lists[key] = write_prefix_list(final, [p for p, _ in kept],
-                                                      [t for _, t in kept])
+        summary.prefix_lists[key] = write_prefix_list(
+            final, [p for p, _ in kept], [t for _, t in kept]
+        )
     if merge and not keep_shards:
         shutil.rmtree(workdir, ignore_errors=True)
     else:
@@ -145,19 +167,24 @@ def _finish(summary: RaySummary, shards: list[Shard], markers: dict[int, dict],
 
 def _check_options(options: dict) -> None:
     if int(options.get("partitions", 1)) > 1 and not options.get("keep_sequential_samples"):
-        raise ConfigError(f"--partitions {options['partitions']} deals records round-robin over "
-                          "the whole input, which shards cannot reproduce; with --engine ray "
-                          "drop --partitions (shards are the partitions) or add "
-                          "--keep-sequential-samples")
+        raise ConfigError(
+            f"--partitions {options['partitions']} deals records round-robin over "
+            "the whole input, which shards cannot reproduce; with --engine ray "
+            "drop --partitions (shards are the partitions) or add "
+            "--keep-sequential-samples"
+        )
 
 
 def _file_inputs(inputs: Any) -> Any:
     if isinstance(inputs, (str, os.PathLike)) or (
-            isinstance(inputs, (list, tuple))
-            and all(isinstance(item, (str, os.PathLike)) for item in inputs)):
+        isinstance(inputs, (list, tuple))
+        and all(isinstance(item, (str, os.PathLike)) for item in inputs)
+    ):
         return inputs
-    raise ConfigError(f"--engine ray reads files (--input FILE_OR_GLOB), not "
-                      f"{type(inputs).__name__}; run other inputs on the local engine")
+    raise ConfigError(
+        f"--engine ray reads files (--input FILE_OR_GLOB), not "
+        f"{type(inputs).__name__}; run other inputs on the local engine"
+    )
 
 
 def _resolve_tokenizer(tokenizer: Any) -> Any:
@@ -168,11 +195,20 @@ def _resolve_tokenizer(tokenizer: Any) -> Any:
     return tokenizer
 
 
-def preprocess_ray(inputs: Union[str, Sequence[str]], output_prefix: str, tokenizer: Any, *,
-                   address: Optional[str] = None, num_shards: Optional[int] = None,
-                   merge: bool = True, keep_shards: bool = False, max_retries: int = 3,
-                   num_cpus: Optional[int] = None, show_progress: Optional[bool] = None,
-                   **options: Any) -> RaySummary:
+def preprocess_ray(
+    inputs: Union[str, Sequence[str]],
+    output_prefix: str,
+    tokenizer: Any,
+    *,
+    address: Optional[str] = None,
+    num_shards: Optional[int] = None,
+    merge: bool = True,
+    keep_shards: bool = False,
+    max_retries: int = 3,
+    num_cpus: Optional[int] = None,
+    show_progress: Optional[bool] = None,
+    **options: Any,
+) -> RaySummary:
     """Tokenize ``inputs`` on a Ray cluster into the same files a local run writes.
 
     Args:
@@ -201,40 +237,63 @@ def preprocess_ray(inputs: Union[str, Sequence[str]], output_prefix: str, tokeni
     settings = settings_fingerprint(tokenizer, options)
     with ray_cluster(address, num_cpus) as cluster:
         total = sum(os.path.getsize(path) for path in paths)
-        shards = plan_shards(paths, num_shards or default_num_shards(cluster, total,
-                                                                      cpus_per_task))
+        shards = plan_shards(paths, num_shards or default_num_shards(cluster, total, cpus_per_task))
         _prepare_workdir(workdir, len(shards))
-        markers = {s.index: m for s in shards
-                   if (m := reusable_marker(workdir, s, settings, keys)) is not None}
+        markers = {
+            s.index: m
+            for s in shards
+            if (m := reusable_marker(workdir, s, settings, keys)) is not None
+        }
         reused_bytes = sum(s.nbytes for s in shards if s.index in markers)
         pending = [s for s in shards if s.index not in markers]
         job = ShardJob(workdir, settings, keys, dict(options))
         itemsize = optimal_dtype(int(tokenizer.vocab_size))().itemsize
-        with LiveProgress(total, reused_bytes, len(shards), len(markers), show_progress,
-                          lambda: inflight_tokens(workdir, itemsize)) as live:
+        with LiveProgress(
+            total,
+            reused_bytes,
+            len(shards),
+            len(markers),
+            show_progress,
+            lambda: inflight_tokens(workdir, itemsize),
+        ) as live:
             fresh = _run_shards(pending, job, tokenizer, max_retries, cpus_per_task, live)
         where = "private local cluster" if cluster.private else f"cluster {cluster.address}"
     reused = set(markers)
     markers.update(fresh)
     summary = _summary(paths, output_prefix, keys, shards, markers, reused, workdir)
     summary.cluster = f"{where}, {cluster.nodes} node(s), {cluster.cpus} CPUs"
-    _finish(summary, shards, markers, keys, workdir, output_prefix, merge, keep_shards,
-            show_progress)
+    _finish(
+        summary, shards, markers, keys, workdir, output_prefix, merge, keep_shards, show_progress
+    )
     summary.seconds = time.perf_counter() - started
     return summary
 
 
-def _summary(paths: Sequence[str], output_prefix: str, keys: Sequence[str], shards: list[Shard],
-             markers: dict[int, dict], reused: set, workdir: str) -> RaySummary:
+def _summary(
+    paths: Sequence[str],
+    output_prefix: str,
+    keys: Sequence[str],
+    shards: list[Shard],
+    markers: dict[int, dict],
+    reused: set,
+    workdir: str,
+) -> RaySummary:
     first = markers[shards[0].index]["outputs"]
-    outputs = {key: OutputStats(key, os.fspath(output_prefix) + first[key][len(shards[0].name):])
-               for key in keys}
+    outputs = {
+        key: OutputStats(key, os.fspath(output_prefix) + first[key][len(shards[0].name) :])
+        for key in keys
+    }
     summary = RaySummary(len(paths), "", outputs)
     attempts = _attempts(workdir)
     for shard in shards:
         marker = markers[shard.index]
-        summary.add_shard(marker, shard.describe(), shard.nbytes, shard.index in reused,
-                          attempts.get(shard.name, 1))
+        summary.add_shard(
+            marker,
+            shard.describe(),
+            shard.nbytes,
+            shard.index in reused,
+            attempts.get(shard.name, 1),
+        )
     return summary
 
 

@@ -98,10 +98,12 @@ def settings_fingerprint(tokenizer: Any, options: Mapping[str, Any]) -> str:
             "identifiers": getattr(tokenizer, "unique_identifiers", None),
             "vocab_size": getattr(tokenizer, "vocab_size", None),
             "eod": getattr(tokenizer, "eod", None),
-            "file": _tokenizer_file_hash(tokenizer), "state": state,
+            "file": _tokenizer_file_hash(tokenizer),
+            "state": state,
         },
-        "options": {key: repr(options[key]) for key in sorted(options)
-                    if key not in NEUTRAL_OPTIONS},
+        "options": {
+            key: repr(options[key]) for key in sorted(options) if key not in NEUTRAL_OPTIONS
+        },
     }
     text = json.dumps(described, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -120,18 +122,27 @@ def output_files(prefixes: Iterable[str]) -> list:
     return files
 
 
-def write_marker(workdir: str, shard: Shard, settings: str, outputs: dict[str, str],
-                 counts: dict) -> dict:
+def write_marker(
+    workdir: str, shard: Shard, settings: str, outputs: dict[str, str], counts: dict
+) -> dict:
     """Checksum the published ``outputs`` (key -> prefix) and atomically write the marker."""
     files = {}
     for path in output_files(outputs.values()):
-        files[os.path.basename(path)] = {"size": os.path.getsize(path),
-                                         "checksum": file_checksum(path)}
-    marker = {"format": MARKER_FORMAT, "shard": shard.name, "index": shard.index,
-              "count": shard.count, "settings": settings,
-              "inputs": [piece.identity() for piece in shard.pieces],
-              "outputs": {key: os.path.basename(prefix) for key, prefix in outputs.items()},
-              "files": files, "counts": counts}
+        files[os.path.basename(path)] = {
+            "size": os.path.getsize(path),
+            "checksum": file_checksum(path),
+        }
+    marker = {
+        "format": MARKER_FORMAT,
+        "shard": shard.name,
+        "index": shard.index,
+        "count": shard.count,
+        "settings": settings,
+        "inputs": [piece.identity() for piece in shard.pieces],
+        "outputs": {key: os.path.basename(prefix) for key, prefix in outputs.items()},
+        "files": files,
+        "counts": counts,
+    }
     data = json.dumps(marker, indent=1, sort_keys=True).encode("utf-8")
     atomic_write_bytes(marker_path(workdir, shard), data)
     return marker
@@ -157,7 +168,9 @@ def _files_match(workdir: str, files: Mapping[str, Any]) -> bool:
     return True
 
 
-def reusable_marker(workdir: str, shard: Shard, settings: str, keys: Iterable[str]) -> Optional[dict]:
+def reusable_marker(
+    workdir: str, shard: Shard, settings: str, keys: Iterable[str]
+) -> Optional[dict]:
     """The marker of ``shard`` when its outputs can be reused as they are, else None."""
     try:
         with open(marker_path(workdir, shard), "rb") as handle:
@@ -179,5 +192,13 @@ def reusable_marker(workdir: str, shard: Shard, settings: str, keys: Iterable[st
     return marker if _files_match(workdir, files) else None
 
 
-__all__ = ["MARKER_FORMAT", "file_checksum", "settings_fingerprint", "marker_path",
-           "write_marker", "remove_marker", "reusable_marker", "output_files"]
+__all__ = [
+    "MARKER_FORMAT",
+    "file_checksum",
+    "settings_fingerprint",
+    "marker_path",
+    "write_marker",
+    "remove_marker",
+    "reusable_marker",
+    "output_files",
+]

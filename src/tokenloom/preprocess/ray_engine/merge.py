@@ -42,8 +42,9 @@ class MergeStats:
         return self.nbytes / 1e9 / self.seconds if self.seconds > 0 else 0.0
 
 
-def merge_shards(prefixes: Sequence[str], output_prefix: str,
-                 progress: Optional[Callable[[int], None]] = None) -> MergeStats:
+def merge_shards(
+    prefixes: Sequence[str], output_prefix: str, progress: Optional[Callable[[int], None]] = None
+) -> MergeStats:
     """Merge the pairs at ``prefixes`` (in order) into ``output_prefix``; publish atomically."""
     if not prefixes:
         raise PreprocessError(f"{output_prefix}: no shards to merge")
@@ -67,10 +68,11 @@ def prefix_list_path(output_prefix: str) -> str:
     return f"{output_prefix}{PREFIX_LIST_SUFFIX}"
 
 
-def write_prefix_list(output_prefix: str, prefixes: Sequence[str],
-                      weights: Sequence[int]) -> str:
+def write_prefix_list(output_prefix: str, prefixes: Sequence[str], weights: Sequence[int]) -> str:
     """Write the ``WEIGHT PREFIX`` lines of the shards (absolute paths); return the file."""
-    lines = [f"{int(weight)} {os.path.abspath(prefix)}\n" for weight, prefix in zip(weights, prefixes)]
+    lines = [
+        f"{int(weight)} {os.path.abspath(prefix)}\n" for weight, prefix in zip(weights, prefixes)
+    ]
     path = prefix_list_path(output_prefix)
     atomic_write_bytes(path, "".join(lines).encode("utf-8"))
     return path
@@ -92,11 +94,14 @@ def read_prefix_list(path: str) -> tuple[list[str], list[float]]:
             try:
                 weight = float(parts[0])
             except ValueError:
-                raise PreprocessError(f"{path}:{number}: expected 'WEIGHT PREFIX', got "
-                                      f"{line.strip()!r}") from None
+                raise PreprocessError(
+                    f"{path}:{number}: expected 'WEIGHT PREFIX', got {line.strip()!r}"
+                ) from None
             if len(parts) != 2 or weight < 0:
-                raise PreprocessError(f"{path}:{number}: expected 'WEIGHT PREFIX' with a weight "
-                                      f">= 0, got {line.strip()!r}")
+                raise PreprocessError(
+                    f"{path}:{number}: expected 'WEIGHT PREFIX' with a weight "
+                    f">= 0, got {line.strip()!r}"
+                )
             weights.append(weight)
             prefixes.append(parts[1].strip())
     if not prefixes:
@@ -104,5 +109,11 @@ def read_prefix_list(path: str) -> tuple[list[str], list[float]]:
     return prefixes, weights
 
 
-__all__ = ["MergeStats", "merge_shards", "write_prefix_list", "read_prefix_list",
-           "prefix_list_path", "PREFIX_LIST_SUFFIX"]
+__all__ = [
+    "MergeStats",
+    "merge_shards",
+    "write_prefix_list",
+    "read_prefix_list",
+    "prefix_list_path",
+    "PREFIX_LIST_SUFFIX",
+]

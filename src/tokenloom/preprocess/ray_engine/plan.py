@@ -50,8 +50,13 @@ class Piece:
 
     def identity(self) -> dict:
         """What a completion marker records of this piece."""
-        return {"path": self.path, "start": self.start, "end": self.end, "size": self.size,
-                "mtime_ns": self.mtime_ns}
+        return {
+            "path": self.path,
+            "start": self.start,
+            "end": self.end,
+            "size": self.size,
+            "mtime_ns": self.mtime_ns,
+        }
 
 
 @dataclass(frozen=True)
@@ -152,8 +157,12 @@ def plan_shards(paths: Sequence[str], num_shards: int) -> list[Shard]:
     groups: list[list[Piece]] = []
     for piece in pieces:
         last = groups[-1] if groups else None
-        if (piece.whole and last is not None and all(p.whole for p in last)
-                and sum(p.size for p in last) + piece.size <= target):
+        if (
+            piece.whole
+            and last is not None
+            and all(p.whole for p in last)
+            and sum(p.size for p in last) + piece.size <= target
+        ):
             last.append(piece)
         else:
             groups.append([piece])

@@ -84,7 +84,9 @@ class RaySummary:
         """Tokens per second of the whole run (start of Ray and merge included)."""
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
-    def add_shard(self, marker: dict, source: str, nbytes: int, reused: bool, attempts: int) -> None:
+    def add_shard(
+        self, marker: dict, source: str, nbytes: int, reused: bool, attempts: int
+    ) -> None:
         """Add a shard's counts (from its completion marker)."""
         counts = marker["counts"]
         for key, out in counts["outputs"].items():
@@ -95,11 +97,18 @@ class RaySummary:
         for reason, key, count in counts.get("skipped", []):
             self.skipped[(reason, key)] += int(count)
         self.dtype = str(counts.get("dtype", self.dtype))
-        self.shards.append(ShardReport(
-            marker["shard"], source, nbytes,
-            sum(int(out["documents"]) for out in counts["outputs"].values()),
-            sum(int(out["tokens"]) for out in counts["outputs"].values()),
-            float(counts.get("seconds", 0.0)), reused, 0 if reused else attempts))
+        self.shards.append(
+            ShardReport(
+                marker["shard"],
+                source,
+                nbytes,
+                sum(int(out["documents"]) for out in counts["outputs"].values()),
+                sum(int(out["tokens"]) for out in counts["outputs"].values()),
+                float(counts.get("seconds", 0.0)),
+                reused,
+                0 if reused else attempts,
+            )
+        )
 
     def skipped_text(self) -> str:
         """E.g. ``skipped: 2 malformed JSON lines, 3 blank lines``, or ``none``."""
@@ -112,33 +121,50 @@ class RaySummary:
         shards = sorted(self.shards, key=lambda shard: shard.name)
         rows = []
         for shard in shards[:_SHARD_ROWS]:
-            how = "reused" if shard.reused else (
-                f"{shard.seconds:.2f} s" + (f", {shard.attempts} attempts" * (shard.attempts > 1)))
-            rows.append(f"  {shard.name}  {shard.source:<28} {shard.documents:>10,} docs "
-                        f"{shard.tokens:>12,} tokens  {how}")
+            how = (
+                "reused"
+                if shard.reused
+                else (
+                    f"{shard.seconds:.2f} s"
+                    + (f", {shard.attempts} attempts" * (shard.attempts > 1))
+                )
+            )
+            rows.append(
+                f"  {shard.name}  {shard.source:<28} {shard.documents:>10,} docs "
+                f"{shard.tokens:>12,} tokens  {how}"
+            )
         if len(shards) > _SHARD_ROWS:
             times = [shard.seconds for shard in shards if not shard.reused] or [0.0]
-            rows.append(f"  ... {len(shards) - _SHARD_ROWS} more shards; per-shard time min "
-                        f"{min(times):.2f} s, median {statistics.median(times):.2f} s, "
-                        f"max {max(times):.2f} s")
+            rows.append(
+                f"  ... {len(shards) - _SHARD_ROWS} more shards; per-shard time min "
+                f"{min(times):.2f} s, median {statistics.median(times):.2f} s, "
+                f"max {max(times):.2f} s"
+            )
         return rows
 
     def lines(self) -> list[str]:
         """The report: per shard, per output, the skip counts, then the totals."""
         rows = self._shard_rows()
         width = max(len(out.path_prefix) for out in self.outputs.values())
-        rows += [f"  {out.path_prefix:<{width}}  {self.dtype:<6} {out.documents:>12,} documents "
-                 f"{out.tokens:>14,} tokens" for out in self.outputs.values()]
+        rows += [
+            f"  {out.path_prefix:<{width}}  {self.dtype:<6} {out.documents:>12,} documents "
+            f"{out.tokens:>14,} tokens"
+            for out in self.outputs.values()
+        ]
         rows += [f"  prefix list: {path}" for path in self.prefix_lists.values()]
         rows.append(f"  {self.skipped_text()}")
-        merged = (f", merge {self.merge_bytes / 1e9 / self.merge_seconds:.2f} GB/s"
-                  if self.merge_seconds > 0 else "")
+        merged = (
+            f", merge {self.merge_bytes / 1e9 / self.merge_seconds:.2f} GB/s"
+            if self.merge_seconds > 0
+            else ""
+        )
         rows.append(
             f"done: {self.documents:,} documents, {self.tokens:,} tokens from {self.line_count:,} "
             f"lines in {self.files} file{'s' * (self.files != 1)}, {self.seconds:.2f} s "
             f"({self.tokens_per_second:,.0f} tokens/s); {len(self.shards)} shards, "
             f"{self.reused} of {len(self.shards)} shards reused, {self.retries} "
-            f"retr{'ies' if self.retries != 1 else 'y'}{merged}; {self.cluster}")
+            f"retr{'ies' if self.retries != 1 else 'y'}{merged}; {self.cluster}"
+        )
         return rows
 
 
@@ -158,10 +184,23 @@ class LiveProgress:
     """The live bar: input bytes of finished shards, with shards done, documents per second
     (finished shards) and tokens per second (running shards included) in the postfix."""
 
-    def __init__(self, total_bytes: int, reused_bytes: int, shards: int, reused: int,
-                 enabled: Optional[bool], inflight: Optional[Callable[[], int]] = None) -> None:
-        self.bar = progress(total=total_bytes, initial=reused_bytes, unit="B", unit_scale=True,
-                            desc="preprocess (ray)", enabled=enabled)
+    def __init__(
+        self,
+        total_bytes: int,
+        reused_bytes: int,
+        shards: int,
+        reused: int,
+        enabled: Optional[bool],
+        inflight: Optional[Callable[[], int]] = None,
+    ) -> None:
+        self.bar = progress(
+            total=total_bytes,
+            initial=reused_bytes,
+            unit="B",
+            unit_scale=True,
+            desc="preprocess (ray)",
+            enabled=enabled,
+        )
         self.started = time.perf_counter()
         self.shards, self.done, self.docs, self.tokens = shards, reused, 0, 0
         self.inflight, self.running, self.scanned = inflight, 0, 0.0
@@ -181,8 +220,11 @@ class LiveProgress:
             self.running, self.scanned = self.inflight(), now
         elapsed = max(now - self.started, 1e-9)
         tokens = self.tokens + self.running
-        self.bar.set_postfix_str(f"{self.done}/{self.shards} shards, {self.docs / elapsed:,.0f} "
-                                 f"docs/s, {tokens / elapsed:,.0f} tok/s", refresh=redraw)
+        self.bar.set_postfix_str(
+            f"{self.done}/{self.shards} shards, {self.docs / elapsed:,.0f} "
+            f"docs/s, {tokens / elapsed:,.0f} tok/s",
+            refresh=redraw,
+        )
 
     def close(self) -> None:
         """Remove the bar."""

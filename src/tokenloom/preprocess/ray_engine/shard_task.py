@@ -47,14 +47,18 @@ class ShardJob:
 def summary_counts(summary: Any) -> dict:
     """The counts of a local :class:`PreprocessSummary`, as JSON-ready data."""
     return {
-        "outputs": {key: {"documents": int(out.documents), "tokens": int(out.tokens)}
-                    for key, out in summary.outputs.items()},
+        "outputs": {
+            key: {"documents": int(out.documents), "tokens": int(out.tokens)}
+            for key, out in summary.outputs.items()
+        },
         "line_count": int(getattr(summary, "line_count", 0)),
         "blank_lines": int(getattr(summary, "blank_lines", 0)),
         "nbytes": int(getattr(summary, "nbytes", 0)),
         "disk_bytes": int(getattr(summary, "disk_bytes", 0)),
-        "skipped": [[reason, key, int(count)]
-                    for (reason, key), count in sorted(getattr(summary, "skipped", {}).items())],
+        "skipped": [
+            [reason, key, int(count)]
+            for (reason, key), count in sorted(getattr(summary, "skipped", {}).items())
+        ],
         "dtype": str(summary.dtype),
         "seconds": float(getattr(summary, "seconds", 0.0)),
     }
@@ -80,7 +84,7 @@ def output_suffixes(summary: Any, tmp_prefix: str) -> dict[str, str]:
         path = os.fspath(out.path_prefix)
         if not path.startswith(tmp_prefix):
             raise PreprocessError(f"the local engine wrote {path}, not under {tmp_prefix}")
-        suffixes[key] = path[len(tmp_prefix):]
+        suffixes[key] = path[len(tmp_prefix) :]
     return suffixes
 
 
@@ -111,8 +115,9 @@ def run_shard(shard: Shard, job: ShardJob, tokenizer: Any) -> dict:
         _publish(tmp_prefix, suffixes, job.workdir, shard)
     finally:
         _remove_leftovers(tmp_prefix)
-    outputs = {key: os.path.join(job.workdir, shard.name + suffix)
-               for key, suffix in suffixes.items()}
+    outputs = {
+        key: os.path.join(job.workdir, shard.name + suffix) for key, suffix in suffixes.items()
+    }
     return write_marker(job.workdir, shard, job.settings, outputs, summary_counts(summary))
 
 
