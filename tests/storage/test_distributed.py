@@ -1,7 +1,7 @@
 """The ``.idx`` download under a real gloo group: rank 0 first, one download per node
 (node-local cache folders), a failure raised on every rank.
 
-This file is also the worker script: ``python test_storage_distributed.py <scenario> <out>``.
+This file is also the worker script: ``python test_distributed.py <scenario> <out>``.
 """
 
 from __future__ import annotations
