@@ -15,7 +15,9 @@ from tests.ray.ray_helpers import CueTokenizer, documents, local_run, same_bytes
 
 from tokenloom.errors import ConfigError, PreprocessError
 from tokenloom.preprocess import Policy
+from tokenloom.preprocess.pipeline import output_prefix_for
 from tokenloom.preprocess.ray_engine import preprocess_ray, read_prefix_list
+from tokenloom.provenance import read_sidecar
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 KEYS = ("text", "title")
@@ -56,6 +58,11 @@ def test_any_shard_count_gives_the_local_bytes(
     assert summary.blank_lines == local_summary.blank_lines > 0
     assert not (tmp_path / "out_shards").exists()  # merged: the shards are gone
     assert f"0 of {len(summary.shards)} shards reused" in "\n".join(summary.lines())
+    for key in KEYS:  # the merged pair has its provenance sidecar, with the local run's tokenizer
+        merged = read_sidecar(output_prefix_for(str(tmp_path / "out"), key))
+        local = read_sidecar(output_prefix_for(local_prefix, key))
+        assert merged is not None and local is not None
+        assert merged["tokenizer"] == local["tokenizer"]
 
 
 def test_skip_policies_count_like_the_local_engine(

@@ -23,6 +23,7 @@ from typing import Optional
 from tokenloom.atomic import atomic_write_bytes
 from tokenloom.errors import PreprocessError
 from tokenloom.format import IndexedDatasetBuilder, get_bin_path, get_idx_path, read_index_header
+from tokenloom.provenance import merged_sidecar, read_sidecars
 
 PREFIX_LIST_SUFFIX = ".prefixes"
 
@@ -45,7 +46,8 @@ class MergeStats:
 def merge_shards(
     prefixes: Sequence[str], output_prefix: str, progress: Optional[Callable[[int], None]] = None
 ) -> MergeStats:
-    """Merge the pairs at ``prefixes`` (in order) into ``output_prefix``; publish atomically."""
+    """Merge the pairs at ``prefixes`` (in order) into ``output_prefix``; publish atomically,
+    with the provenance sidecar of a merge (``merged_from`` names each shard)."""
     if not prefixes:
         raise PreprocessError(f"{output_prefix}: no shards to merge")
     stats, started = MergeStats(), time.perf_counter()
@@ -55,7 +57,8 @@ def merge_shards(
         for prefix in prefixes:
             builder.add_index(prefix, progress=progress)
             stats.nbytes += os.path.getsize(get_bin_path(prefix))
-        builder.finalize(get_idx_path(output_prefix))
+        sidecar = merged_sidecar(read_sidecars(prefixes)[0])
+        builder.finalize(get_idx_path(output_prefix), extra_files=sidecar)
     except BaseException:
         builder.abort()
         raise
