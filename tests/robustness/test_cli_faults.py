@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.tmpfs import mounted_tmpfs
 
 
 def _tokenloom(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -32,22 +33,9 @@ def _one_line(result: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture
 def small_tmpfs(tmp_path):
-    """A real 1 MiB tmpfs (needs root); unmounted afterwards, also on failure."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "full"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    """A real tmpfs (needs root); unmounted afterwards, also on failure."""
+    with mounted_tmpfs(tmp_path / "full", "1m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 @pytest.mark.timeout(120)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.tmpfs import mounted_tmpfs
 
 PAGE = 4096
 TMPFS = 1 << 20
@@ -43,22 +44,9 @@ def _preprocess(cwd: Path, prefix: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    """A real 1 MiB tmpfs (needs root); unmounted afterwards, also on failure."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "full"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS}", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    """A real tmpfs (needs root); unmounted afterwards, also on failure."""
+    with mounted_tmpfs(tmp_path / "full", TMPFS) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def _pages(size: int) -> int:
