@@ -35,6 +35,7 @@ from typing import Any, Optional
 
 import numpy
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError, FormatError
 from tokenloom.format.spec import get_bin_path, get_idx_path, read_index_header
 
@@ -69,18 +70,18 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
     Uses the tokenizer's own ``identity()`` where it has one (tokenloom's adapters);
     otherwise derives it from the public attributes (``vocab_size``, ``eod``, ``pad``,
     ``unique_identifiers``)."""
-    own = getattr(tokenizer, "identity", None)
+    own = read_attribute(tokenizer, "identity", None)
     identity = dict(own()) if callable(own) else _derived_identity(tokenizer)
     return json.loads(json.dumps(identity, default=str))  # plain JSON types only
 
 
 def _derived_identity(tokenizer: Any) -> dict[str, Any]:
     identity: dict[str, Any] = {"kind": type(tokenizer).__name__}
-    for name, value in dict(getattr(tokenizer, "unique_identifiers", None) or {}).items():
+    for name, value in dict(read_attribute(tokenizer, "unique_identifiers", None) or {}).items():
         if name != "class":
             identity["files" if name == "tokenizer_path" else name] = value
     for name in ("vocab_size", "eod", "pad"):
-        value = getattr(tokenizer, name, None)
+        value = read_attribute(tokenizer, name, None)
         identity[name] = None if value is None else int(value)
     identity.setdefault("special_tokens", {})
     return identity
@@ -172,7 +173,7 @@ def describe_inputs(inputs: Any) -> list[dict[str, Any]]:
         and all(isinstance(item, (str, os.PathLike)) for item in inputs)
     ):
         return [file_record(path) for path in _expand(inputs)]
-    path, start, stop = (getattr(inputs, name, None) for name in ("path", "start", "stop"))
+    path, start, stop = (read_attribute(inputs, name, None) for name in ("path", "start", "stop"))
     if isinstance(path, str) and isinstance(start, int) and isinstance(stop, int):
         path = os.path.abspath(path)
         return [
@@ -186,8 +187,10 @@ def describe_inputs(inputs: Any) -> list[dict[str, Any]]:
             }
         ]
     if isinstance(path, str) and os.path.isdir(path):
-        return [_directory_record(path, "hf_disk_dataset", split=getattr(inputs, "split", None))]
-    cache_files = getattr(inputs, "cache_files", None)
+        return [
+            _directory_record(path, "hf_disk_dataset", split=read_attribute(inputs, "split", None))
+        ]
+    cache_files = read_attribute(inputs, "cache_files", None)
     if isinstance(cache_files, list) and cache_files:
         return [
             {**file_record(entry["filename"]), "kind": "hf_dataset_file"}
@@ -232,9 +235,9 @@ def preprocess_sidecars(
     identity = tokenizer_identity(tokenizer)
     described = describe_inputs(inputs)
     itemsize = numpy.dtype(summary.dtype).itemsize
-    eod = getattr(tokenizer, "eod", None)
+    eod = read_attribute(tokenizer, "eod", None)
     skipped: dict[str, int] = {}
-    for (reason, key), count in dict(getattr(summary, "skipped", {}) or {}).items():
+    for (reason, key), count in dict(read_attribute(summary, "skipped", {}) or {}).items():
         skipped[f"{reason}:{key}"] = int(count)
     files = {}
     for key, stats in summary.outputs.items():
@@ -249,7 +252,7 @@ def preprocess_sidecars(
             "keep_sequential_samples": bool(keep_sequential_samples),
             "sentence_splitter": None
             if sentence_splitter is None
-            else getattr(sentence_splitter, "__name__", type(sentence_splitter).__name__),
+            else read_attribute(sentence_splitter, "__name__", type(sentence_splitter).__name__),
         }
         record = {
             "format": FORMAT,

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy
 import pytest
+from tests.support.megatron_core import megatron_env, megatron_missing_reason
 
 from tokenloom.builder import BlendedMegatronDatasetBuilder
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, SimpleTokenizer
@@ -40,48 +41,6 @@ SPLITS = ("train", "valid", "test")
 SAMPLES = [0, 1, 2, 7, 31, 100, 257]
 VOCAB, EOD = 32000, 2
 RUNNER = Path(__file__).with_name("_megatron_runner.py")
-INSTALL_HINT = (
-    "install it with `python -m pip install --no-deps --target /tmp/megatron-core "
-    "megatron-core==0.16.1` and set TOKENLOOM_MEGATRON_PATH=/tmp/megatron-core"
-)
-
-
-def megatron_env() -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    extra = os.environ.get("TOKENLOOM_MEGATRON_PATH")
-    if extra:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (extra, env.get("PYTHONPATH")) if p)
-    return env
-
-
-def megatron_missing_reason() -> str:
-    import importlib.util
-
-    if (
-        not os.environ.get("TOKENLOOM_MEGATRON_PATH")
-        and importlib.util.find_spec("megatron") is None
-    ):
-        return f"megatron-core is not installed; {INSTALL_HINT}"
-    probe = (
-        "import importlib.metadata as m, megatron.core.datasets.blended_megatron_dataset_builder;"
-        "print(m.version('megatron-core'))"
-    )
-    try:
-        done = subprocess.run(
-            [sys.executable, "-W", "ignore", "-c", probe],
-            env=megatron_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"megatron-core could not be probed ({error})"
-    if done.returncode != 0:
-        return f"megatron-core is not importable ({done.stderr.strip()[-200:]}); {INSTALL_HINT}"
-    version = done.stdout.strip().splitlines()[-1]
-    if version != "0.16.1":
-        return f"megatron-core {version} is installed; these tests compare with 0.16.1"
-    return ""
 
 
 # --------------------------------------------------------------------------- random inputs

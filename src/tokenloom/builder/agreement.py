@@ -19,6 +19,7 @@ import enum
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from tokenloom.attributes import has_attribute, read_attribute
 from tokenloom.distributed.rank0 import Communicator, get_communicator
 from tokenloom.errors import DistributedError
 
@@ -49,7 +50,7 @@ def _canonical(value: Any) -> Any:
         return [_canonical(item) for item in value]
     if isinstance(value, dict):
         return {str(key): _canonical(value[key]) for key in sorted(value, key=str)}
-    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+    if has_attribute(value, "item") and callable(value.item):  # numpy scalars
         return _canonical(value.item())
     return _describe_object(value)
 
@@ -57,7 +58,7 @@ def _canonical(value: Any) -> Any:
 def _describe_object(value: Any) -> Any:
     described: dict[str, Any] = {"class": type(value).__name__}
     for name in _TOKENIZER_FIELDS:
-        attribute = getattr(value, name, None)
+        attribute = read_attribute(value, name, None)
         if isinstance(attribute, (bool, int, float, str)):
             described[name] = attribute
     if len(described) == 1:

@@ -36,6 +36,7 @@ from typing import Any, Optional, Union
 import numpy
 
 from tokenloom import storage
+from tokenloom.attributes import read_attribute
 from tokenloom.builder.agreement import check_ranks_agree, sample_fingerprint
 from tokenloom.builder.startup import Startup, accepts_start_keywords
 from tokenloom.cache import EntryPacker, IndexCache
@@ -86,7 +87,7 @@ def _check_sizes(sizes: Any) -> list[Optional[int]]:
 
 def _mock_class_if_needed(cls: type, config: Any) -> type:
     """``GPTDataset`` on a config without data means mock data: use ``MockGPTDataset``."""
-    if getattr(config, "mock", False) and cls is GPTDataset:
+    if read_attribute(config, "mock", False) and cls is GPTDataset:
         logger.info("no blend given: building MockGPTDataset splits (mock data)")
         return MockGPTDataset
     return cls
@@ -98,7 +99,7 @@ def _walk(obj: Any) -> Iterator[Any]:
             yield from _walk(item)
     elif obj is not None:
         yield obj
-        yield from _walk(getattr(obj, "datasets", None))
+        yield from _walk(read_attribute(obj, "datasets", None))
 
 
 class BlendedMegatronDatasetBuilder:
@@ -156,7 +157,7 @@ class BlendedMegatronDatasetBuilder:
 
         Must be called on every rank when torch.distributed is initialised.
         """
-        if not getattr(self.config, "fast_cache_load", False):  # then no rank exchanges
+        if not read_attribute(self.config, "fast_cache_load", False):  # then no rank exchanges
             check_ranks_agree(sample_fingerprint(self.config, self.sizes, self.cls), self.comm)
         storage.prefetch_remote_indices(self.config, self.comm)  # s3:// .idx: once per node
         with _cyclic_gc_paused():
@@ -173,11 +174,11 @@ class BlendedMegatronDatasetBuilder:
             wrong = dataset.size is not None and len(dataset) != dataset.size
             expected = dataset.size
         else:
-            expected = getattr(dataset, "num_samples", None)
+            expected = read_attribute(dataset, "num_samples", None)
             wrong = expected is not None and len(dataset) < expected
         if wrong:
             raise CacheError(
-                f"{type(dataset).__name__} {getattr(dataset, 'dataset_path', '') or ''} has "
+                f"{type(dataset).__name__} {read_attribute(dataset, 'dataset_path', '') or ''} has "
                 f"{len(dataset)} samples but {expected} were requested; its cached indices do "
                 f"not match the config: delete them from {self.config.path_to_cache} and rebuild"
             )
@@ -307,7 +308,7 @@ class BlendedMegatronDatasetBuilder:
         """
 
         def construct() -> list[list[Optional[Any]]]:
-            directory = getattr(self.config, "path_to_cache", None)
+            directory = read_attribute(self.config, "path_to_cache", None)
             if not directory or not self._start_keywords:
                 return build(None)
             with EntryPacker(directory) as packer:
@@ -373,7 +374,7 @@ class BlendedMegatronDatasetBuilder:
             low_level = self.cls.build_low_level_dataset(dataset_path, self.config)
         keywords = self._dataset_keywords(low_level, startup, cache)
         num_elements = self.cls.numel_low_level_dataset(low_level)
-        fast = bool(getattr(self.config, "fast_cache_load", False))
+        fast = bool(read_attribute(self.config, "fast_cache_load", False))
         datasets: list[Optional[Any]] = []
         for i, member in enumerate(Split):
             bounds = split[i]
@@ -412,7 +413,7 @@ class BlendedMegatronDatasetBuilder:
         return build_on_rank0_then_load(
             construct,
             is_built_on_rank=self.is_built_on_rank,
-            synchronize=not getattr(self.config, "fast_cache_load", False),
+            synchronize=not read_attribute(self.config, "fast_cache_load", False),
             manifest=self._cache_manifest,
             is_ready=self._cache_visible,
             comm=self.comm,
@@ -423,7 +424,10 @@ class BlendedMegatronDatasetBuilder:
         """The description files (commit markers) of every cache ``built`` used."""
         files = []
         for dataset in _walk(built):
-            cache, key = getattr(dataset, "cache", None), getattr(dataset, "cache_key", None)
+            cache, key = (
+                read_attribute(dataset, "cache", None),
+                read_attribute(dataset, "cache_key", None),
+            )
             if cache is not None and key is not None:
                 files.append(cache.description_path(key))
         return {"path_to_cache": self.config.path_to_cache, "files": files}

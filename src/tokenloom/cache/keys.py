@@ -36,11 +36,13 @@ from typing import Optional
 
 import numpy
 
+from tokenloom.attributes import has_attribute, read_attribute
+
 __all__ = ["CacheKey", "array_digest", "describe", "description_hash", "json_scalar"]
 
 
 def _jsonable(obj: object) -> object:
-    if hasattr(obj, "unique_identifiers"):
+    if has_attribute(obj, "unique_identifiers"):
         return obj.unique_identifiers
     if isinstance(obj, Enum):
         return obj.name
@@ -55,7 +57,7 @@ def _jsonable(obj: object) -> object:
     fields: OrderedDict[str, object] = OrderedDict(
         [("class", f"{type(obj).__module__}.{type(obj).__qualname__}")]
     )
-    for name, value in sorted(getattr(obj, "__dict__", {}).items()):
+    for name, value in sorted(read_attribute(obj, "__dict__", {}).items()):
         if not name.startswith("_") and isinstance(value, (str, int, float, bool, type(None))):
             fields[name] = value  # stable, unlike a repr holding a memory address
     return fields

@@ -14,6 +14,7 @@ import argparse
 import difflib
 from typing import Any
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 
 
@@ -246,7 +247,7 @@ def splitter_from_args(args: argparse.Namespace) -> Any:
 
 def settings_line(tokenizer: Any, policy: Any, args: argparse.Namespace) -> str:
     """What is added per document, and every difference from Megatron with its flag."""
-    added = getattr(tokenizer, "added_by_post_processor", None)
+    added = read_attribute(tokenizer, "added_by_post_processor", None)
     parts = []
     if added is not None:
         ids = added()
@@ -255,7 +256,7 @@ def settings_line(tokenizer: Any, policy: Any, args: argparse.Namespace) -> str:
             if ids
             else "special tokens: none added"
         )
-    if getattr(tokenizer, "add_bos", False):
+    if read_attribute(tokenizer, "add_bos", False):
         parts.append(f"BOS {tokenizer.bos} on every document")
     megatron = {
         "on_bad_json": "fail",
@@ -269,7 +270,7 @@ def settings_line(tokenizer: Any, policy: Any, args: argparse.Namespace) -> str:
             flag = "--" + field.replace("_", "-")
             theirs = "Megatron stops" if value == "fail" else f"Megatron: {value}"
             parts.append(f"{flag} {getattr(policy, field)} ({theirs})")
-    if getattr(args, "split_sentences_rules", False):
+    if read_attribute(args, "split_sentences_rules", False):
         parts.append("sentences split by rules (Megatron: --split-sentences, punkt)")
     return "settings: " + ("; ".join(parts) if parts else "as Megatron-LM")
 

@@ -15,6 +15,8 @@ import os
 import platform
 import time
 
+from tokenloom.attributes import read_attribute
+
 DESCRIPTION = """\
 Run the whole tokenloom pipeline on real text, offline, in well under a minute:
 
@@ -258,7 +260,7 @@ def _blend(prefixes: dict[str, str], tokenizer, args, out: str) -> None:
 def _blend_counts(blended, datasets: int) -> list[int]:
     import numpy
 
-    index = getattr(blended, "dataset_index", None)
+    index = read_attribute(blended, "dataset_index", None)
     if index is None:
         return [0] * datasets
     return numpy.bincount(numpy.asarray(index), minlength=datasets).tolist()

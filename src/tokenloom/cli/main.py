@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Optional
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import TokenloomError
 
 # (module name under tokenloom.cli) in the order they appear in --help
@@ -74,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 def describe_os_error(error: OSError) -> str:
     """One line for an OSError that always names the file when the error knows it."""
     text = error.strerror or str(error)
-    paths = [p for p in (error.filename, getattr(error, "filename2", None)) if p is not None]
+    paths = [p for p in (error.filename, read_attribute(error, "filename2", None)) if p is not None]
     if isinstance(error, TokenloomError) or not paths:
         return str(error)
     return f"{' -> '.join(os.fsdecode(p) for p in paths)}: {text}"
@@ -98,8 +99,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        command = getattr(args, "command", None) or command
-        if not getattr(args, "func", None):
+        command = read_attribute(args, "command", None) or command
+        if not read_attribute(args, "func", None):
             parser.print_help()
             return 2
         return _run(args)

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 
 _DESCRIPTION = """\
@@ -208,7 +209,7 @@ def merged_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Settings of the config file overridden by the flags that were given."""
     settings = load_settings_file(args.config) if args.config else {}
     for dest in _OPTIONS:
-        value = getattr(args, dest, None)
+        value = read_attribute(args, dest, None)
         if value is not None:
             settings[dest] = value
     return settings
@@ -333,7 +334,7 @@ def _describe(dataset: Any) -> str:
         return "none"
     if isinstance(dataset, list):
         return f"{len(dataset)} validation sets ({', '.join(_describe(d) for d in dataset)})"
-    parts = getattr(dataset, "datasets", None)
+    parts = read_attribute(dataset, "datasets", None)
     inner = f" of {len(parts)} datasets" if parts else ""
     return f"{type(dataset).__name__}{inner}, {len(dataset)} samples"
 

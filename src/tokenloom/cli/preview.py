@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import numpy
 
+from tokenloom.attributes import has_attribute
 from tokenloom.errors import ConfigError
 
 _DESCRIPTION = """\
@@ -123,7 +124,7 @@ def blend_prefixes(settings: dict[str, Any]) -> list[str]:
 
 def parts_of(dataset: Any) -> tuple[list[Any], numpy.ndarray, list[float]]:
     """``(sources, samples drawn from each, weights)`` of a blended or a single dataset."""
-    if hasattr(dataset, "dataset_index"):
+    if has_attribute(dataset, "dataset_index"):
         parts = list(dataset.datasets)
         drawn = numpy.bincount(
             numpy.asarray(dataset.dataset_index, numpy.int64), minlength=len(parts)
@@ -254,7 +255,7 @@ def render_sample(
 
 
 def _locate(dataset: Any, k: int) -> tuple[Any, int, str]:
-    if hasattr(dataset, "dataset_index"):
+    if has_attribute(dataset, "dataset_index"):
         part = dataset.datasets[int(dataset.dataset_index[k])]
         inner = int(dataset.dataset_sample_index[k])
         return part, inner, f"-> {part.dataset_path} sample {inner}"

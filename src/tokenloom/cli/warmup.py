@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 
 __all__ = ["GROUPS", "register", "warm_up"]
@@ -200,7 +201,9 @@ def warm_up(
         start = time.perf_counter()
         dispatchers = _WARMERS[group](token_dtypes)
         seconds = time.perf_counter() - start
-        folder = str(getattr(getattr(dispatchers[0], "stats", None), "cache_path", "?"))
+        folder = str(
+            read_attribute(read_attribute(dispatchers[0], "stats", None), "cache_path", "?")
+        )
         results.append((group, seconds, folder))
         report(f"{group:<9} {seconds:6.1f} s   cached in {folder}")
     return results

@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 import numpy
 
+from tokenloom.attributes import read_attribute
 from tokenloom.datasets._sample import SampleMaker, TokenSource, kernel_params
 from tokenloom.errors import ConfigError, SampleIndexError
 from tokenloom.index.validate import sample_rows
@@ -69,7 +70,7 @@ def check_out(out: Mapping[str, numpy.ndarray], shape: tuple[int, int]) -> dict[
             got = (
                 None
                 if array is None
-                else f"{getattr(array, 'dtype', '?')} {getattr(array, 'shape', '?')}"
+                else f"{read_attribute(array, 'dtype', '?')} {read_attribute(array, 'shape', '?')}"
             )
             raise ConfigError(
                 f"get_batch out[{name!r}] must be a writable {numpy.dtype(dtype)} "
@@ -146,7 +147,7 @@ def fill_rows(
 
     Raises SampleIndexError for a position past the dataset, FormatError for a document
     outside its ``.bin``."""
-    make_inputs: Optional[Callable[[], BatchInputs]] = getattr(dataset, "batch_inputs", None)
+    make_inputs: Optional[Callable[[], BatchInputs]] = read_attribute(dataset, "batch_inputs", None)
     module = KERNELS.get("batch") if make_inputs is not None and len(positions) else None
     inputs = make_inputs() if module is not None and make_inputs is not None else None
     if module is None or inputs is None or inputs.kernel_args is None:

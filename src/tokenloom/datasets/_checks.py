@@ -10,6 +10,7 @@ from typing import Any, Optional, TypeGuard
 
 import numpy
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 
 OBJECT_STORAGE_SCHEMES = ("s3://", "msc://")
@@ -41,7 +42,7 @@ def check_bool(name: str, value: object, allow_none: bool = False) -> None:
 def _attribute(tokenizer: object, name: str) -> object:
     try:
         return getattr(tokenizer, name)
-    except (AttributeError, NotImplementedError):
+    except Exception:  # noqa: BLE001 - Megatron tokenizers raise NotImplementedError
         raise ConfigError(
             f"tokenizer {type(tokenizer).__name__} has no usable {name!r}; the GPT datasets "
             "need vocab_size and eod (e.g. SimpleTokenizer(vocab_size=32000, eod=2))"
@@ -66,7 +67,7 @@ def coerce_tokenizer(tokenizer: object, simple: Callable[..., object]) -> object
     eod = _attribute(tokenizer, "eod")
     if not is_int(eod) or eod < 0:
         raise ConfigError(f"tokenizer.eod={eod!r}: must be a non-negative integer token id")
-    pad = getattr(tokenizer, "pad", None) if _has_pad(tokenizer) else None
+    pad = read_attribute(tokenizer, "pad", None) if _has_pad(tokenizer) else None
     if pad is not None and not is_int(pad):
         raise ConfigError(f"tokenizer.pad={pad!r}: must be an integer token id or None")
     return tokenizer
@@ -141,7 +142,7 @@ def check_object_storage(config: Any) -> None:
         return
     if (
         config.object_storage_cache_path is None
-        and getattr(config, "object_storage_config", None) is None
+        and read_attribute(config, "object_storage_config", None) is None
     ):
         raise ConfigError(
             f"prefix {remote[0]!r} is in object storage: set object_storage_cache_path to a "

@@ -16,6 +16,7 @@ from typing import Optional
 
 import numpy
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError, FormatError
 from tokenloom.process_caches import SEEDED_STATES
 
@@ -155,7 +156,7 @@ def _seeded_random_state(seed: int) -> numpy.random.RandomState:
         fresh = numpy.random.RandomState(seed)
         SEEDED_STATES.put(seed, fresh.get_state())
         return fresh
-    generator = getattr(_THREAD, "generator", None)
+    generator = read_attribute(_THREAD, "generator", None)
     if generator is None:
         generator = _THREAD.generator = numpy.random.RandomState(0)
     generator.set_state(state)

@@ -22,6 +22,7 @@ from typing import Optional, cast
 
 import numpy
 
+from tokenloom.attributes import read_attribute
 from tokenloom.datasets.masks import (
     causal_attention_mask,
     document_boundaries,
@@ -59,8 +60,8 @@ class TokenSource:
     def __init__(self, dataset) -> None:
         self.dataset = dataset
         self.lengths = read_only(numpy.asarray(dataset.sequence_lengths))
-        tokens = getattr(dataset, "tokens", None)
-        multimodal = getattr(dataset, "multimodal", False)
+        tokens = read_attribute(dataset, "tokens", None)
+        multimodal = read_attribute(dataset, "multimodal", False)
         self.tokens = None if multimodal or tokens is None else read_only(tokens)
         if self.tokens is not None:
             self.pointers = read_only(numpy.asarray(dataset.sequence_pointers))
@@ -126,7 +127,7 @@ class TokenSource:
 
     def bad_document(self, doc: int) -> FormatError:
         """The error for a document whose ``.idx`` pointer/length leave the ``.bin``."""
-        prefix = getattr(self.dataset, "path_prefix", type(self.dataset).__name__)
+        prefix = read_attribute(self.dataset, "path_prefix", type(self.dataset).__name__)
         return FormatError(
             f"{prefix}.idx: sequence {doc} has pointer {int(self.pointers[doc])} and length "
             f"{int(self.lengths[doc])}, which is negative, not a multiple of the "
@@ -344,7 +345,7 @@ class SampleMaker:
 
     def describe_indices(self, source: TokenSource) -> str:
         """Names the indices of this dataset in an error: its prefix and cache folder."""
-        prefix = getattr(source.dataset, "path_prefix", type(source.dataset).__name__)
+        prefix = read_attribute(source.dataset, "path_prefix", type(source.dataset).__name__)
         folder = self.config.path_to_cache or f"{prefix}/cache"
         return f"the GPTDataset index cache in {folder} for {prefix}"
 

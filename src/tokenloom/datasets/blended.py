@@ -28,6 +28,7 @@ from typing import Any, Optional, Union
 
 import numpy
 
+from tokenloom.attributes import read_attribute
 from tokenloom.cache import CacheKey, IndexCache
 from tokenloom.cache.indices import CachedIndices
 from tokenloom.datasets._batch import allocate_batch, check_out, fill_rows
@@ -86,7 +87,7 @@ def _check_datasets(datasets: Sequence[Any], weights: Sequence[Any]) -> Split:
     kinds = {type(d).__name__ for d in datasets}
     if len(kinds) != 1:
         raise ConfigError(f"blended datasets must all be of one class, got {sorted(kinds)}")
-    splits = {getattr(d, "index_split", None) for d in datasets}
+    splits = {read_attribute(d, "index_split", None) for d in datasets}
     split = next(iter(splits))
     if len(splits) != 1 or not isinstance(split, Split):
         raise ConfigError(f"blended datasets must all belong to one split, got {splits}")
@@ -96,10 +97,10 @@ def _check_datasets(datasets: Sequence[Any], weights: Sequence[Any]) -> Split:
 def _identity(dataset: Any) -> Any:
     """What shapes a contributing dataset: the stem of its own index cache (the hash of
     its full cache identity), else that identity itself (datasets without a cache)."""
-    key = getattr(dataset, "cache_key", None)
+    key = read_attribute(dataset, "cache_key", None)
     if key is not None:
         return key.stem
-    return getattr(dataset, "cache_identifiers", None) or dataset.unique_identifiers
+    return read_attribute(dataset, "cache_identifiers", None) or dataset.unique_identifiers
 
 
 class BlendedDataset(MegatronDescription):
@@ -159,7 +160,7 @@ class BlendedDataset(MegatronDescription):
         return ids
 
     def _acquire_indices(self) -> CachedIndices:
-        directory = getattr(self.config, "path_to_cache", None)
+        directory = read_attribute(self.config, "path_to_cache", None)
         cache = key = None
         if not directory:
             logger.warning("path_to_cache is None: the BlendedDataset indices are not cached")
@@ -167,7 +168,7 @@ class BlendedDataset(MegatronDescription):
             cache = IndexCache(directory)
             key = CacheKey(type(self).__name__, self.split.name, self.cache_identifiers)
             self.cache, self.cache_key = cache, key
-        verify = "size" if getattr(self.config, "fast_cache_load", False) else "checksum"
+        verify = "size" if read_attribute(self.config, "fast_cache_load", False) else "checksum"
         indices = CachedIndices(
             BLENDED_INDEX_NAMES,
             cache,
@@ -181,7 +182,7 @@ class BlendedDataset(MegatronDescription):
         if (
             cache is not None
             and key is not None
-            and getattr(self.config, "defer_npy_index_mmap", False)
+            and read_attribute(self.config, "defer_npy_index_mmap", False)
             and cache.exists(key, BLENDED_INDEX_NAMES)
         ):
             indices.defer(verify="size")
@@ -217,10 +218,10 @@ class BlendedDataset(MegatronDescription):
             available = len(self.datasets[j])
             if count > available:
                 name = (
-                    getattr(self.datasets[j], "dataset_path", None)
+                    read_attribute(self.datasets[j], "dataset_path", None)
                     or type(self.datasets[j]).__name__
                 )
-                surplus = getattr(self.config, "mid_level_dataset_surplus", None)
+                surplus = read_attribute(self.config, "mid_level_dataset_surplus", None)
                 raise ConfigError(
                     f"the {self.split.name} blend oversamples its contributing datasets: it "
                     f"requests {count} samples from dataset {j} ({name}), which has only "

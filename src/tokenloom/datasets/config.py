@@ -21,6 +21,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
+from tokenloom.attributes import read_attribute
 from tokenloom.datasets import _checks as checks
 from tokenloom.datasets.split import (
     Split,
@@ -71,7 +72,7 @@ def _check_special_ids(tokenizer, vocab_size) -> None:
     Megatron's "no pad token")."""
     for name in ("eod", "pad"):
         try:
-            value = getattr(tokenizer, name, None)
+            value = read_attribute(tokenizer, name, None)
         except Exception:  # noqa: BLE001 - Megatron tokenizers raise NotImplementedError
             continue
         if value is None:
@@ -308,7 +309,7 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
         checks.check_int("sequence_parallel_size", self.sequence_parallel_size, 0)
         if self.context_parallel_size is not None:
             checks.check_int("context_parallel_size", self.context_parallel_size, 1)
-        vocab_size = getattr(self.tokenizer, "vocab_size", None)
+        vocab_size = read_attribute(self.tokenizer, "vocab_size", None)
         _check_special_ids(self.tokenizer, vocab_size)
         self.token_dtype_code = None if vocab_size is None else (4 if vocab_size > 65536 else 8)
         self._check_sequences_per_dataset()

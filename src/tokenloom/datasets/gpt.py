@@ -27,6 +27,7 @@ from typing import Any, Optional, Protocol, cast
 import numpy
 
 from tokenloom import storage
+from tokenloom.attributes import read_attribute
 from tokenloom.cache import CacheKey, IndexCache, array_digest, file_identity
 from tokenloom.cache.indices import CachedIndices
 from tokenloom.datasets import _gpt_indices
@@ -191,10 +192,10 @@ class GPTDataset(MegatronDataset):
             identity = self.dataset.file_identity()  # of the files as opened (or known)
             if identity is not None:
                 return identity
-        identity = getattr(self.dataset, "unique_identifiers", None)
+        identity = read_attribute(self.dataset, "unique_identifiers", None)
         if identity is not None:
             return identity
-        prefix = getattr(self.dataset, "path_prefix", None)
+        prefix = read_attribute(self.dataset, "path_prefix", None)
         if prefix is None or str(prefix).startswith(("s3://", "msc://")):
             return OrderedDict([("class", type(self.dataset).__name__), ("path_prefix", prefix)])
         return file_identity(prefix)
@@ -225,7 +226,7 @@ class GPTDataset(MegatronDataset):
     def _cache_dir(self) -> Optional[str]:
         if self.config.path_to_cache:
             return self.config.path_to_cache
-        prefix = getattr(self.dataset, "path_prefix", None)
+        prefix = read_attribute(self.dataset, "path_prefix", None)
         if self.config.mock or prefix is None:
             return None
         if storage.is_remote(prefix):  # not ./s3:/... (megatron-core's folder)

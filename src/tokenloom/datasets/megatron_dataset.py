@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import numpy
 
+from tokenloom.attributes import read_attribute
 from tokenloom.datasets.config import BlendedMegatronDatasetConfig
 from tokenloom.datasets.split import Split
 from tokenloom.errors import ConfigError
@@ -138,7 +139,7 @@ class MegatronDataset(MegatronDescription, ABC):
 def tokenizer_identity(tokenizer: Any) -> Any:
     """``tokenizer.unique_identifiers`` (megatron-core's rule), else a stable summary of
     the ids the datasets use."""
-    identifiers = getattr(tokenizer, "unique_identifiers", None)
+    identifiers = read_attribute(tokenizer, "unique_identifiers", None)
     if identifiers is not None or tokenizer is None:
         return identifiers
     summary: OrderedDict[str, Any] = OrderedDict([("class", type(tokenizer).__name__)])
@@ -160,13 +161,13 @@ def _megatron_default(obj: Any) -> Any:
 def _special_tokens(tokenizer: Any) -> list:
     try:
         tokens = [v for k, v in tokenizer.special_tokens_dict.items() if k != "pad_token"]
-    except (AttributeError, IndexError, ValueError, NotImplementedError):
+    except Exception:  # noqa: BLE001 - any read that raises means "no special tokens"
         tokens = []
     if not tokens:
         for name in ("eos", "eod"):
             try:
                 tokens.append(getattr(tokenizer, name))
-            except (AttributeError, NotImplementedError):
+            except Exception:  # noqa: BLE001 - megatron-core's rule: a read that raises is absent
                 pass
     return tokens
 

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import numpy
 
+from tokenloom.attributes import read_attribute
 from tokenloom.datasets.config import GPTDatasetConfig
 from tokenloom.datasets.gpt import GPTDataset
 from tokenloom.datasets.split import Split
@@ -93,7 +94,7 @@ class MockGPTDataset(GPTDataset):
         *,
         build_if_missing: bool = True,
     ) -> None:
-        if not getattr(config, "mock", False):
+        if not read_attribute(config, "mock", False):
             raise ConfigError(
                 "MockGPTDataset needs a mock config: give neither blend nor blend_per_split"
             )

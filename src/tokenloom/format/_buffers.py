@@ -8,6 +8,7 @@ from typing import Any, Generic, Optional, TypeVar, Union
 import numpy
 import numpy.typing as npt
 
+from tokenloom.attributes import has_attribute
 from tokenloom.errors import FormatError
 
 _ScalarT = TypeVar("_ScalarT", bound=numpy.generic)
@@ -64,7 +65,11 @@ class GrowableArray(Generic[_ScalarT]):
 
 def as_numpy(values: object) -> npt.NDArray[Any]:
     """numpy view of a numpy array, list, scalar or (duck-typed) torch tensor."""
-    if hasattr(values, "detach") and hasattr(values, "cpu") and hasattr(values, "numpy"):
+    if (
+        has_attribute(values, "detach")
+        and has_attribute(values, "cpu")
+        and has_attribute(values, "numpy")
+    ):
         values = values.detach().cpu().numpy()
     try:
         array = numpy.asarray(values)

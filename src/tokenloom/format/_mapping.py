@@ -23,6 +23,8 @@ from typing import Any, Optional, Protocol, Union
 import numpy
 import numpy.typing as npt
 
+from tokenloom.attributes import read_attribute
+
 __all__ = [
     "map_readonly",
     "map_array",
@@ -104,7 +106,7 @@ def map_readonly(handle: _HasFileno, size: int) -> Buffer:
     if address is None or address == _MAP_FAILED:
         error = ctypes.get_errno()
         raise OSError(
-            error, f"cannot memory-map {getattr(handle, 'name', fd)}: {os.strerror(error)}"
+            error, f"cannot memory-map {read_attribute(handle, 'name', fd)}: {os.strerror(error)}"
         )
     array = numpy.asarray(_Mapping(address, size, unmap_fn))
     array.flags.writeable = False

@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 import numpy
 import numpy.typing as npt
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError, FormatError
 from tokenloom.format._mapping import LIVE_MAPPINGS, Buffer, map_readonly, release
 from tokenloom.format.spec import MissingFileError, open_regular_file
@@ -293,7 +294,7 @@ def resolve_index_path(idx_path: str, object_storage_config: object = None) -> s
     if isinstance(object_storage_config, dict):
         cache = object_storage_config.get("path_to_idx_cache")
     else:
-        cache = getattr(object_storage_config, "path_to_idx_cache", None)
+        cache = read_attribute(object_storage_config, "path_to_idx_cache", None)
     if cache is None:
         raise ConfigError(
             f"{idx_path}: object storage paths need an object_storage_config with path_to_idx_cache"

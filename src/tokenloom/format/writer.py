@@ -20,6 +20,7 @@ import numpy
 import numpy.typing as npt
 
 from tokenloom.atomic import temporary_sibling
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import FormatError, OutputError, TokenloomError
 from tokenloom.format._buffers import GrowableArray, as_numpy, check_fits, to_tokens
 from tokenloom.format.dtypes import normalize_dtype
@@ -417,7 +418,9 @@ class IndexedDatasetBuilder:
         self.abort()
 
     def __del__(self) -> None:
-        if getattr(self, "_pid", None) == os.getpid() and getattr(self, "_tmp_bin", None):
+        if read_attribute(self, "_pid", None) == os.getpid() and read_attribute(
+            self, "_tmp_bin", None
+        ):
             self.abort()
 
 

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy
 
+from tokenloom.attributes import read_attribute
+
 __all__ = [
     "BLEND_NUMPY_MAX_WORK",
     "BLEND_SCAN_BELOW",
@@ -97,7 +99,7 @@ def exhaustive_route(num_datasets: int, total: int) -> str:
 def sample_index_route(document_index: Any) -> str:
     """``VECTORIZED`` or ``KERNEL`` for ``build_sample_index`` (odd inputs: ``KERNEL``,
     whose checked path reports them)."""
-    shape = getattr(document_index, "shape", None)
+    shape = read_attribute(document_index, "shape", None)
     if shape is not None and len(shape) == 1 and shape[0] <= SAMPLE_VECTORIZED_MAX_DOCUMENTS:
         return VECTORIZED
     return KERNEL

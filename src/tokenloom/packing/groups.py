@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 
 
@@ -173,7 +174,7 @@ def group_size(group: Any) -> int:
         raise ConfigError(f"a group size must be an int or a group, got {group!r}")
     if isinstance(group, int):
         return group
-    size = getattr(group, "size", None)
+    size = read_attribute(group, "size", None)
     if not callable(size):
         raise ConfigError(f"expected a process group (with size()) or an int, got {group!r}")
     return int(size())
@@ -200,7 +201,7 @@ def require_groups(pg_collection: Any, names: tuple[str, ...]) -> dict[str, Any]
             "pg_collection is required: tokenloom does not read Megatron's parallel_state; "
             "build one with tokenloom.packing.build_pg_collection(world_size, tp, cp, pp)"
         )
-    found = {name: getattr(pg_collection, name, None) for name in names}
+    found = {name: read_attribute(pg_collection, name, None) for name in names}
     missing = [name for name, group in found.items() if group is None]
     if missing:
         raise ConfigError(f"pg_collection lacks the group(s) {missing}; give it {list(names)}")

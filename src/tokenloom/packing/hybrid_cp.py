@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 import torch
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError, PackingError
 from tokenloom.packing._comm import Route, gather_lengths, reroute, resolve_device
 from tokenloom.packing.balanced_cp import BalancedCPScheduler, Groups
@@ -75,7 +76,7 @@ class HybridCPDataLoaderWrapper:
         self.data_iterator = data_iterator
         self.config = config
         self.dp_cp_group, self.dp_group, self.tp_group = groups["dp_cp"], groups["dp"], groups["tp"]
-        limit = getattr(config, "max_seqlen_per_dp_cp_rank", None)
+        limit = read_attribute(config, "max_seqlen_per_dp_cp_rank", None)
         if limit is None:
             raise ConfigError(
                 "config.max_seqlen_per_dp_cp_rank is required by "

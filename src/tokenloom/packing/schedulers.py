@@ -17,6 +17,7 @@ from typing import Any, Optional
 import torch
 
 import tokenloom.packing._pipeline as steps
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError, PackingError
 from tokenloom.packing._comm import Route, broadcast_scalars, reroute
 from tokenloom.packing.groups import group_rank, group_size
@@ -115,7 +116,7 @@ class BasePackingScheduler:
         Returns ``(new_data_iterator, num_micro_batches, seqlen_sum, seqlen_squared_sum)``.
         """
         device = torch.device(dev) if dev is not None else torch.device("cpu")
-        vpp = getattr(config, "virtual_pipeline_model_parallel_size", None)
+        vpp = read_attribute(config, "virtual_pipeline_model_parallel_size", None)
         data_iterator = self._stage_iterator(data_iterator, vpp, pp_group, tp_group)
         samples: Optional[list[steps.Sample]] = None
         scalars: list[Any] = [None, None, None]

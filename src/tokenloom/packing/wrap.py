@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 from tokenloom.packing._comm import resolve_device
 from tokenloom.packing.cost_balanced import CostBalancedScheduler
@@ -19,14 +20,16 @@ SCHEDULERS: dict[str, type[BasePackingScheduler]] = {
 
 def make_scheduler(config: Any, cp_size: int, dp_size: int) -> BasePackingScheduler:
     """The scheduler ``config.sequence_packing_scheduler`` names, built from ``config``."""
-    name = str(getattr(config, "sequence_packing_scheduler", "dp_balanced")).lower()
+    name = str(read_attribute(config, "sequence_packing_scheduler", "dp_balanced")).lower()
     if name not in SCHEDULERS:
         raise ConfigError(f"sequence_packing_scheduler {name!r} is not one of {sorted(SCHEDULERS)}")
-    limit = getattr(config, "max_seqlen_per_dp_cp_rank", None)
+    limit = read_attribute(config, "max_seqlen_per_dp_cp_rank", None)
     if limit is None:
         raise ConfigError("config.max_seqlen_per_dp_cp_rank is required for sequence packing")
-    vpp = getattr(config, "virtual_pipeline_model_parallel_size", None)
-    group = None if vpp is None else getattr(config, "microbatch_group_size_per_vp_stage", None)
+    vpp = read_attribute(config, "virtual_pipeline_model_parallel_size", None)
+    group = (
+        None if vpp is None else read_attribute(config, "microbatch_group_size_per_vp_stage", None)
+    )
     return SCHEDULERS[name](limit, cp_size, dp_size, group)
 
 

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import numpy
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import PreprocessError, TokenizerError
 from tokenloom.preprocess.records import FAIL, KEEP, ParsedChunk, Policy, Splitter
 from tokenloom.preprocess.sources import parse_any
@@ -93,10 +94,10 @@ def _check_ids(flat: numpy.ndarray, tokenizer: Any, where: str) -> None:
 
 def _encode_texts(tokenizer: Any, texts: list) -> Callable[[], tuple]:
     """Run the tokenizer on ``texts`` now; the result converts to (flat, lengths) when called."""
-    deferred = getattr(tokenizer, "encode_batch_deferred", None)
+    deferred = read_attribute(tokenizer, "encode_batch_deferred", None)
     if deferred is not None:
         return deferred(texts)
-    encode_flat = getattr(tokenizer, "encode_batch_flat", None)
+    encode_flat = read_attribute(tokenizer, "encode_batch_flat", None)
     if encode_flat is not None:
         result = encode_flat(texts)
         return lambda: result

@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Optional
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import PreprocessError, TokenizerError
 from tokenloom.format import optimal_dtype
 from tokenloom.preprocess._outputs import Outputs
@@ -163,7 +164,7 @@ def _check_keys(json_keys: Sequence[str]) -> tuple:
 def _resolve_tokenizer(tokenizer: Any, append_eod: bool) -> Any:
     if isinstance(tokenizer, str):
         tokenizer = load_tokenizer(tokenizer)
-    if append_eod and getattr(tokenizer, "eod", None) is None:
+    if append_eod and read_attribute(tokenizer, "eod", None) is None:
         raise TokenizerError(
             f"--append-eod needs an end-of-document token, but {tokenizer!r} has "
             "none; name one with --eod-token"

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import PreprocessError
 from tokenloom.preprocess.inputs import (
     RawChunk,
@@ -199,7 +200,7 @@ def _hf_rows(dataset: Any, keys: Sequence[str], size: int) -> Iterator[dict]:
             f"a {kind} holds splits {list(dataset)}: pass one, e.g. "
             f"dataset[{next(iter(dataset), 'train')!r}] (--hf-split)"
         )
-    names = getattr(dataset, "column_names", None)
+    names = read_attribute(dataset, "column_names", None)
     present = [key for key in keys if names is None or key in names]
     if kind == "Dataset":
         view = dataset.select_columns(present) if present else dataset.select_columns([])
@@ -293,7 +294,9 @@ def open_source(inputs: Any, keys: Sequence[str]) -> Source:
         dataset = load_hf_disk_dataset(inputs)
         return _rows(_hf_rows(dataset, keys, ROWS_PER_CHUNK), inputs.path, False)
     if _is_hf_dataset(inputs):
-        name = getattr(getattr(inputs, "info", None), "dataset_name", None) or "dataset"
+        name = (
+            read_attribute(read_attribute(inputs, "info", None), "dataset_name", None) or "dataset"
+        )
         return _rows(_hf_rows(inputs, keys, ROWS_PER_CHUNK), str(name), False)
     if isinstance(inputs, Iterable) and not isinstance(inputs, (str, bytes, Mapping)):
         return _rows(inputs, "records", True)

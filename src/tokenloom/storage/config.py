@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 
 DEFAULT_CHUNK_NBYTES = 256 * 1024 * 1024
@@ -150,8 +151,10 @@ def coerce_config(value: Any) -> ObjectStorageConfig:
             )
         given = {k: v for k, v in value.items() if v is not None or k == "path_to_idx_cache"}
     else:
-        given = {k: getattr(value, k) for k in _FIELDS if getattr(value, k, None) is not None}
-        given.setdefault("path_to_idx_cache", getattr(value, "path_to_idx_cache", None))
+        given = {
+            k: getattr(value, k) for k in _FIELDS if read_attribute(value, k, None) is not None
+        }
+        given.setdefault("path_to_idx_cache", read_attribute(value, "path_to_idx_cache", None))
     return ObjectStorageConfig(**given)
 
 

@@ -9,6 +9,7 @@ import logging
 import threading
 from typing import Any, Optional
 
+from tokenloom.attributes import read_attribute
 from tokenloom.distributed import Communicator, get_communicator
 from tokenloom.errors import ConfigError
 from tokenloom.storage.bin_reader import ObjectBinReader
@@ -59,8 +60,8 @@ def open_remote_pair(path_prefix: str, config: Any, mmap: bool) -> tuple[str, Ob
 def storage_config_for(dataset_config: Any) -> ObjectStorageConfig:
     """The ObjectStorageConfig of a GPT / blended config: its ``object_storage_config``
     (tokenloom) with ``object_storage_cache_path`` (Megatron) as the ``.idx`` folder."""
-    given = getattr(dataset_config, "object_storage_config", None)
-    folder = getattr(dataset_config, "object_storage_cache_path", None)
+    given = read_attribute(dataset_config, "object_storage_config", None)
+    folder = read_attribute(dataset_config, "object_storage_cache_path", None)
     if given is not None:
         config = coerce_config(given)
         return dataclasses.replace(config, path_to_idx_cache=folder) if folder else config
@@ -83,9 +84,9 @@ def prefetch_remote_indices(dataset_config: Any, comm: Optional[Communicator] = 
     rank 0, then once per node, failing on every rank together (a collective: call it on
     every rank).  A no-op in one process, without remote prefixes, or with
     ``fast_cache_load`` (every rank then loads on its own)."""
-    prefixes = getattr(dataset_config, "prefixes", None)
+    prefixes = read_attribute(dataset_config, "prefixes", None)
     remote = sorted({p for p in (prefixes() if callable(prefixes) else []) if is_remote(p)})
-    if not remote or getattr(dataset_config, "fast_cache_load", False):
+    if not remote or read_attribute(dataset_config, "fast_cache_load", False):
         return
     comm = comm or get_communicator()
     if comm.world_size == 1:

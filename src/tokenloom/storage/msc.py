@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Optional, TypeVar
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ObjectNotFoundError, StorageAccessError, StorageError
 from tokenloom.storage.clients import import_msc
 from tokenloom.storage.config import ObjectStorageConfig
@@ -72,9 +73,9 @@ class MSCObject(RemoteObject):
     def head(self) -> ObjectInfo:
         """Size and ETag of the object."""
         meta = self._call("HEAD", lambda client, path: client.info(path))
-        if getattr(meta, "type", "file") == "directory":
+        if read_attribute(meta, "type", "file") == "directory":
             raise ObjectNotFoundError(f"{self.url}: is a directory, not an object")
-        return ObjectInfo(int(meta.content_length), str(getattr(meta, "etag", "") or ""))
+        return ObjectInfo(int(meta.content_length), str(read_attribute(meta, "etag", "") or ""))
 
     def read_range(self, start: int, end: int, etag: Optional[str] = None) -> bytes:
         """Bytes ``[start, end)`` through MSC's range read (none for an empty range)."""

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Optional, TypeVar
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import StorageError
 from tokenloom.storage.config import RetryPolicy
 
@@ -67,7 +68,7 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
 def _classify_one(error: BaseException) -> Optional[str]:
     if isinstance(error, TruncatedBodyError):
         return TRANSIENT
-    response = getattr(error, "response", None)
+    response = read_attribute(error, "response", None)
     if isinstance(response, dict) and "Error" in response:  # botocore ClientError
         code = str(response.get("Error", {}).get("Code", ""))
         status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
@@ -107,7 +108,7 @@ def classify(error: BaseException) -> Optional[str]:
         kind = _classify_one(link)
         if kind is not None:
             return kind
-        response = getattr(link, "response", None)
+        response = read_attribute(link, "response", None)
         if isinstance(response, dict) and "Error" in response:
             return None  # a definite, non-retryable server answer
     return None

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Optional, TypeVar
 
 from tokenloom.atomic import atomic_open
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ObjectNotFoundError, StorageAccessError, StorageError
 from tokenloom.storage.clients import DEFAULT_POOL
 from tokenloom.storage.config import ObjectStorageConfig
@@ -38,7 +39,7 @@ _PIECE = 8 * 1024 * 1024
 
 
 def _error_fields(error: BaseException) -> tuple[str, int]:
-    response = getattr(error, "response", None)
+    response = read_attribute(error, "response", None)
     if not isinstance(response, dict):
         return "", 0
     code = str(response.get("Error", {}).get("Code", ""))

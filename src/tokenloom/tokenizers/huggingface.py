@@ -22,6 +22,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import TokenizerError
 from tokenloom.tokenizers.base import BaseTokenizer, check_model_file, file_sha256, lists_to_flat
 
@@ -160,7 +161,9 @@ class HFTokenizer(BaseTokenizer):
         config = _read_config(json_path)
         self.eod = self._pick(eod, _config_token(config, "eos_token"), EOD_CANDIDATES, "eod")
         self.pad = self._pick(pad, _config_token(config, "pad_token"), PAD_CANDIDATES, "pad")
-        self._batch = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
+        self._batch = read_attribute(
+            self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch
+        )
         files = [json_path] + ([os.path.abspath(merges)] if merges is not None else [])
         self._finish_init(
             {

@@ -26,6 +26,7 @@ from typing import Optional, Union
 
 import numpy
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import TokenizerError
 from tokenloom.tokenizers.base import ID_DTYPE, BaseTokenizer, check_model_file, file_sha256
 
@@ -69,7 +70,7 @@ def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
 
 @contextlib.contextmanager
 def _replaced(module, name: str, value):
-    original = getattr(module, name, None)
+    original = read_attribute(module, name, None)
     setattr(module, name, value)
     try:
         yield
@@ -89,7 +90,7 @@ def named_encoding_params(name: str, ranks: dict[bytes, int]) -> Optional[dict]:
         import tiktoken_ext.openai_public as public
     except ImportError:
         return None
-    constructor = getattr(public, name, None)
+    constructor = read_attribute(public, name, None)
     if not callable(constructor):
         return None
     with (
@@ -165,7 +166,7 @@ class TiktokenTokenizer(BaseTokenizer):
                 "tokenizer_path": [self.path] if self.path else [],
                 "encoding": self._encoding.name,
                 "sha256": digest,
-                "pattern": getattr(self._encoding, "_pat_str", None),
+                "pattern": read_attribute(self._encoding, "_pat_str", None),
             },
         )
 
@@ -209,7 +210,7 @@ class TiktokenTokenizer(BaseTokenizer):
 
     def _encode_native(self, texts: list[str]) -> list:
         """One thread: ``encode_to_numpy`` per text (ordinary encoding, no Python int lists)."""
-        encode = getattr(self._encoding, "encode_to_numpy", None)
+        encode = read_attribute(self._encoding, "encode_to_numpy", None)
         if self.num_threads != 1 or encode is None:
             return super()._encode_native(texts)
         # no allowed and no disallowed special tokens: exactly encode_ordinary's result

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable, Sequence
 
 from tokenloom.atomic import atomic_write_bytes
+from tokenloom.attributes import has_attribute
 from tokenloom.errors import TokenizerError
 from tokenloom.tokenizers.huggingface import HFTokenizer, _import_tokenizers
 
@@ -81,7 +82,7 @@ def byte_level_bpe_ranks(tokenizer: HFTokenizer) -> dict[bytes, int]:
     backend = tokenizer.backend
     special = (
         set(backend.get_added_tokens_decoder())
-        if hasattr(backend, "get_added_tokens_decoder")
+        if has_attribute(backend, "get_added_tokens_decoder")
         else set()
     )
     vocab = sorted(backend.get_vocab(with_added_tokens=False).items(), key=lambda item: item[1])

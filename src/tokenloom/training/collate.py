@@ -20,6 +20,7 @@ from typing import Any, Optional
 import numpy
 import torch
 
+from tokenloom.attributes import has_attribute, read_attribute
 from tokenloom.training.samplers import RandomSeedDataset
 
 __all__ = ["BATCH_DTYPES", "BatchFetcher", "BufferPool", "collate_batch", "cu_seqlens"]
@@ -132,8 +133,8 @@ def _stack_rows(dataset: Any, indices: Sequence[int], out: dict[str, numpy.ndarr
 
 
 def _sequence_length(dataset: Any, indices: Sequence[int]) -> int:
-    config = getattr(dataset, "config", None)
-    length = getattr(config, "sequence_length", None)
+    config = read_attribute(dataset, "config", None)
+    length = read_attribute(config, "sequence_length", None)
     if length is None:
         return int(numpy.asarray(dataset[indices[0]]["tokens"]).shape[-1])
     return int(length)
@@ -161,7 +162,7 @@ def collate_batch(
     views = {name: tensor.numpy() for name, tensor in tensors.items()}
     batch: dict[str, torch.Tensor] = dict(tensors)
     samples: list[Any] = []
-    if hasattr(dataset, "get_batch") and not isinstance(dataset, RandomSeedDataset):
+    if has_attribute(dataset, "get_batch") and not isinstance(dataset, RandomSeedDataset):
         result = dataset.get_batch(indices, out=views)
         if "dataset_id" in result:
             batch["dataset_id"] = torch.from_numpy(numpy.array(result["dataset_id"]))

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import torch
 
+from tokenloom.attributes import has_attribute, read_attribute
 from tokenloom.errors import ConfigError
 from tokenloom.training.collate import BatchFetcher, collate_batch, no_collate
 from tokenloom.training.samplers import (
@@ -61,21 +62,21 @@ class _Requests:
         for _ in range(self.skip):
             next(batches, None)
         for indices in batches:
-            yield getattr(self.sampler, "epoch", 0), indices
+            yield read_attribute(self.sampler, "epoch", 0), indices
 
 
 def _resolve_attention(dataset: Any, create_attention_mask: Optional[bool]) -> str:
-    config = getattr(dataset, "config", None)
+    config = read_attribute(dataset, "config", None)
     if create_attention_mask is None:
-        create_attention_mask = bool(getattr(config, "create_attention_mask", False))
+        create_attention_mask = bool(read_attribute(config, "create_attention_mask", False))
     if not create_attention_mask:
         return "none"
-    return "per_sample" if getattr(config, "reset_attention_mask", False) else "causal"
+    return "per_sample" if read_attribute(config, "reset_attention_mask", False) else "causal"
 
 
 def _eod(dataset: Any) -> Optional[int]:
-    tokenizer = getattr(getattr(dataset, "config", None), "tokenizer", None)
-    eod = getattr(tokenizer, "eod", None)
+    tokenizer = read_attribute(read_attribute(dataset, "config", None), "tokenizer", None)
+    eod = read_attribute(tokenizer, "eod", None)
     return None if eod is None else int(eod)
 
 
@@ -216,7 +217,7 @@ class PretrainingDataLoader:
             self._warmed
             or method != "fork"
             or isinstance(self.dataset, RandomSeedDataset)
-            or not hasattr(self.dataset, "get_batch")
+            or not has_attribute(self.dataset, "get_batch")
         ):
             return
         self._warmed = True
@@ -321,7 +322,7 @@ def _is_full_validation(dataset: Any, full_validation: bool) -> bool:
         return False
     from tokenloom.datasets import Split
 
-    split = getattr(dataset, "split", getattr(dataset, "index_split", None))
+    split = read_attribute(dataset, "split", read_attribute(dataset, "index_split", None))
     return split == Split.valid
 
 

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 
 __all__ = ["STATE_FORMAT", "check_state", "dataset_fingerprint"]
@@ -39,12 +40,14 @@ def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
     the length are compared).
     """
     inner = (
-        getattr(dataset, "dataset", None) if type(dataset).__name__ == "RandomSeedDataset" else None
+        read_attribute(dataset, "dataset", None)
+        if type(dataset).__name__ == "RandomSeedDataset"
+        else None
     )
     target = inner if inner is not None else dataset
-    digest = getattr(target, "unique_description_hash", None)
+    digest = read_attribute(target, "unique_description_hash", None)
     if digest is None:
-        identifiers = getattr(target, "unique_identifiers", None)
+        identifiers = read_attribute(target, "unique_identifiers", None)
         if identifiers is not None:
             text = json.dumps(identifiers, sort_keys=True, default=str)
             digest = hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()

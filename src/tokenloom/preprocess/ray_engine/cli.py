@@ -7,6 +7,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 
 ENGINE_HELP = """\
@@ -61,8 +62,10 @@ _RAY_ONLY = ("address", "num_shards", "no_merge", "keep_shards")
 
 def engine_from_args(args: argparse.Namespace, local: Callable[..., Any]) -> Callable[..., Any]:
     """The preprocess function the arguments ask for: ``local``, or the Ray engine."""
-    if getattr(args, "engine", "local") != "ray":
-        given = [name for name in _RAY_ONLY if getattr(args, name, None) not in (None, False)]
+    if read_attribute(args, "engine", "local") != "ray":
+        given = [
+            name for name in _RAY_ONLY if read_attribute(args, name, None) not in (None, False)
+        ]
         if given:
             flag = "--" + given[0].replace("_", "-")
             raise ConfigError(f"{flag} applies to --engine ray only; add --engine ray")

@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError, PreprocessError, TokenloomError
 from tokenloom.format import optimal_dtype
 from tokenloom.preprocess.inputs import expand_inputs
@@ -71,7 +72,7 @@ def _attempts(workdir: str) -> dict[str, int]:
 
 def _task_failure(ray: Any, error: Exception, shard: Shard, max_retries: int) -> Exception:
     """The error to raise for a failed shard: a tokenloom error as it is, else a PreprocessError."""
-    cause = getattr(error, "cause", None)
+    cause = read_attribute(error, "cause", None)
     if isinstance(error, ray.exceptions.RayTaskError) and isinstance(cause, TokenloomError):
         return cause
     if isinstance(error, ray.exceptions.RayTaskError) and cause is not None:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional
 
 from tokenloom.atomic import atomic_write_bytes
+from tokenloom.attributes import read_attribute
 from tokenloom.format import get_bin_path, get_idx_path
 from tokenloom.preprocess.ray_engine.plan import Shard
 
@@ -73,7 +74,7 @@ def file_checksum(path: str, algorithm: Optional[str] = None) -> str:
 
 
 def _tokenizer_file_hash(tokenizer: Any) -> Optional[str]:
-    identifiers = getattr(tokenizer, "unique_identifiers", None) or {}
+    identifiers = read_attribute(tokenizer, "unique_identifiers", None) or {}
     for field in ("tokenizer_path", "model_path", "path", "vocab_file", "merges_file"):
         path = identifiers.get(field) if isinstance(identifiers, Mapping) else None
         if isinstance(path, str) and os.path.isfile(path):
@@ -95,9 +96,9 @@ def settings_fingerprint(tokenizer: Any, options: Mapping[str, Any]) -> str:
     described = {
         "tokenizer": {
             "class": f"{type(tokenizer).__module__}.{type(tokenizer).__qualname__}",
-            "identifiers": getattr(tokenizer, "unique_identifiers", None),
-            "vocab_size": getattr(tokenizer, "vocab_size", None),
-            "eod": getattr(tokenizer, "eod", None),
+            "identifiers": read_attribute(tokenizer, "unique_identifiers", None),
+            "vocab_size": read_attribute(tokenizer, "vocab_size", None),
+            "eod": read_attribute(tokenizer, "eod", None),
             "file": _tokenizer_file_hash(tokenizer),
             "state": state,
         },

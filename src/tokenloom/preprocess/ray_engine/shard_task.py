@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenloom.atomic import fsync_dir
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import PreprocessError
 from tokenloom.preprocess.ray_engine.markers import remove_marker, write_marker
 from tokenloom.preprocess.ray_engine.plan import Shard
@@ -51,16 +52,16 @@ def summary_counts(summary: Any) -> dict:
             key: {"documents": int(out.documents), "tokens": int(out.tokens)}
             for key, out in summary.outputs.items()
         },
-        "line_count": int(getattr(summary, "line_count", 0)),
-        "blank_lines": int(getattr(summary, "blank_lines", 0)),
-        "nbytes": int(getattr(summary, "nbytes", 0)),
-        "disk_bytes": int(getattr(summary, "disk_bytes", 0)),
+        "line_count": int(read_attribute(summary, "line_count", 0)),
+        "blank_lines": int(read_attribute(summary, "blank_lines", 0)),
+        "nbytes": int(read_attribute(summary, "nbytes", 0)),
+        "disk_bytes": int(read_attribute(summary, "disk_bytes", 0)),
         "skipped": [
             [reason, key, int(count)]
-            for (reason, key), count in sorted(getattr(summary, "skipped", {}).items())
+            for (reason, key), count in sorted(read_attribute(summary, "skipped", {}).items())
         ],
         "dtype": str(summary.dtype),
-        "seconds": float(getattr(summary, "seconds", 0.0)),
+        "seconds": float(read_attribute(summary, "seconds", 0.0)),
     }
 
 
