@@ -90,3 +90,29 @@ class SampleIndexError(TokenloomError, IndexError):
 
 
 __all__ += ["SampleIndexError"]
+
+
+class UntrustedFileError(TokenloomError, ValueError):
+    """A JSON file read from disk (sidecar, cache header, memo, ``--config``, marker,
+    loader state, ...) is too large, nests too deeply, is not a regular file or is not
+    JSON. Names the file, what it is and the limit broken (``tokenloom.untrusted_json``).
+    """
+
+    def __init__(self, message: str, *, path: str = "", what: str = "", problem: str = ""):
+        super().__init__(message)
+        #: the file (or ``file:line``) that was refused
+        self.path = path
+        #: what the file is, e.g. ``"provenance sidecar"``
+        self.what = what
+        #: what is wrong with it, e.g. ``"is larger than the limit of 16777216 bytes"``
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[object, tuple[str, str, str, str]]:
+        return (_rebuild_untrusted, (str(self), self.path, self.what, self.problem))
+
+
+def _rebuild_untrusted(message: str, path: str, what: str, problem: str) -> UntrustedFileError:
+    return UntrustedFileError(message, path=path, what=what, problem=problem)
+
+
+__all__ += ["UntrustedFileError"]
