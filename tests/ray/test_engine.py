@@ -57,6 +57,8 @@ def test_any_shard_count_gives_the_local_bytes(
     assert summary.tokens == local_summary.tokens
     assert summary.blank_lines == local_summary.blank_lines > 0
     assert not (tmp_path / "out_shards").exists()  # merged: the shards are gone
+    published = [f"out_{key}_document{ext}" for key in KEYS for ext in (".bin", ".idx", ".json")]
+    assert sorted(os.listdir(tmp_path)) == published  # no publish lock or journal left
     assert f"0 of {len(summary.shards)} shards reused" in "\n".join(summary.lines())
     for key in KEYS:  # the merged pair has its provenance sidecar, with the local run's tokenizer
         merged = read_sidecar(output_prefix_for(str(tmp_path / "out"), key))

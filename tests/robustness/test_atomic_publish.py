@@ -7,6 +7,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
+import threading
 
 import numpy
 import pytest
@@ -94,14 +95,18 @@ def test_second_writer_or_reader_at_every_step_of_a_publish(tmp_path, monkeypatc
     monkeypatch.setenv("TOKENLOOM_LOCK_TIMEOUT_S", "0.3")
     prefix = _fresh(tmp_path / "d", True)
     total = count_steps(lambda prefix=prefix: write(prefix, NEW), str(tmp_path / "count"))
-    waited = 0
+    waited = new_seen = 0
     for step in range(1, total + 1):
         prefix = _fresh(tmp_path / "d", True)
         first = fork_at_step(lambda prefix=prefix: write(prefix, NEW), step, "stop")
         try:
             assert wait_stopped(first), f"writer did not reach step {step}"
-            try:  # a reader in the middle of the publish: old set, or a clear wait error
-                assert state(prefix) == OLD, f"reader mixed at step {step}"
+            try:  # a reader in the middle of the publish: old set, or a clear wait error;
+                # the new set only once the frozen writer has finished its renames
+                seen = state(prefix)
+                finished = not os.path.exists(publish.journal_path(prefix))
+                assert seen == OLD or (seen == NEW and finished), f"reader mixed at step {step}"
+                new_seen += seen == NEW
             except PublishTimeoutError:
                 waited += 1
             second = fork_at_step(
@@ -119,6 +124,35 @@ def test_second_writer_or_reader_at_every_step_of_a_publish(tmp_path, monkeypatc
     assert waited >= 1  # some steps lie inside the locked commit
 
 
+@pytest.mark.timeout(120)
+def test_a_reader_waiting_on_a_frozen_writer_at_every_step_gets_one_whole_set(tmp_path):
+    """A reader that waits (rather than times out) on a writer frozen at any step gets
+    the old set or the new one once the writer goes on: when it waited on an .idx or a
+    lock file that the writer then replaced or deleted, it locks what is there now."""
+    prefix = _fresh(tmp_path / "d", True)
+    total = count_steps(lambda prefix=prefix: write(prefix, NEW), str(tmp_path / "count"))
+    outcomes = set()
+    for step in range(1, total + 1):
+        prefix = _fresh(tmp_path / "d", True)
+        first = fork_at_step(lambda prefix=prefix: write(prefix, NEW), step, "stop")
+        seen: list = []
+        try:
+            assert wait_stopped(first), f"writer did not reach step {step}"
+            reader = threading.Thread(target=lambda s=seen, p=prefix: s.append(state(p)))
+            reader.start()
+            reader.join(0.1)  # blocked now when the frozen writer holds what it needs
+            blocked = reader.is_alive()
+        finally:
+            os.kill(first, signal.SIGCONT)
+        reader.join(30)
+        assert wait(first) == 0
+        assert seen and seen[0] in (OLD, NEW), f"reader mixed at step {step}: {seen}"
+        outcomes.add((blocked, "new" if seen[0] == NEW else "old"))
+        assert sorted(os.listdir(tmp_path / "d")) == ["data.bin", "data.idx", "data.json"]
+    assert (True, "new") in outcomes  # some readers waited through the commit, then read it
+    assert (False, "old") in outcomes
+
+
 def test_stale_journal_from_a_read_only_process_is_reported(tmp_path):
     prefix = _fresh(tmp_path / "d", True)
     open(publish.journal_path(prefix), "w").write("not json")
@@ -133,7 +167,7 @@ def test_extra_files_cannot_replace_the_pair(tmp_path):
     builder.end_document()
     with pytest.raises(FormatError, match="extra file suffix"):
         builder.finalize(f"{prefix}.idx", extra_files={".bin": b"x"})
-    assert sorted(os.listdir(tmp_path)) == [publish.LOCK_NAME] or os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == []
 
 
 def test_output_that_is_a_directory_fails_up_front(tmp_path):
@@ -186,6 +220,6 @@ def test_kill_at_every_step_of_preprocessing_output(tmp_path):
 
 def test_reading_leaves_no_trace(tmp_path):
     prefix = _fresh(tmp_path / "d", True)
-    os.unlink(publish.lock_path(prefix))  # a pair published by another tool: no lock file
     before = sorted(os.listdir(tmp_path / "d"))
+    assert before == ["data.bin", "data.idx", "data.json"]
     assert state(prefix) == OLD and sorted(os.listdir(tmp_path / "d")) == before

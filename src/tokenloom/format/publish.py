@@ -1,24 +1,69 @@
 """Publish a ``.bin``/``.idx`` pair (plus sidecars) so that it changes all at once.
 
-Two renames cannot be made atomic together, so a small journal and a lock sit beside
-the pair:
+Two renames cannot be made atomic together, so a journal and ``flock`` locks do it; a
+finished publish leaves nothing in the folder but the files it published.
 
-* ``DIR/.tokenloom-publish.lock``: an ``flock`` lock for the directory.  Writers hold it
-  exclusively while they commit (a few renames: milliseconds); readers hold it shared
-  while they open the ``.idx`` and ``.bin`` of a prefix, so they never open one file of
-  the old pair and one of the new.
 * ``DIR/.NAME.publish-journal`` (``NAME`` = the prefix's basename): a JSON list of
   ``[temporary, final]`` renames, written atomically (temporary + fsync + rename) once
-  every temporary file is complete and fsynced.  Writing it is the commit point.
+  every temporary file is complete and fsynced.  Writing it is the commit point; it is
+  deleted once every rename is done.
+* ``DIR/.tokenloom-publish.lock``: the writers' lock of the directory.  A writer (or a
+  repair) creates it, holds it exclusively for its whole publish and deletes it while
+  still holding it: it exists only while a publish runs, or after a crash in one.
+* ``DIR/NAME.idx`` itself: readers hold it shared while they open the ``.idx`` and the
+  ``.bin``; a writer holds the ``.idx`` it replaces exclusively while it commits.
+* ``DIR`` itself: a writer holds the directory exclusively while it commits; a reader
+  of a prefix that has neither an ``.idx`` nor a lock file holds it shared instead.
 
-A publish: take the lock, finish any earlier journal, write the journal, rename every
-file into place, fsync the directory, delete the journal, release the lock.  A crash
-before the journal exists leaves the old pair (and orphan temporaries named
-``.NAME.*.tmp``); a crash after it leaves a journal that the next reader or writer of
-that prefix rolls forward (a rename is redone only while its temporary still exists),
-so the new pair appears complete.  A writer or reader that finds the lock held waits up
-to ``timeout`` seconds (``TOKENLOOM_LOCK_TIMEOUT_S``, default 120), then raises
-:class:`~tokenloom.errors.PublishTimeoutError` naming the lock file.
+The lock file and the ``.idx`` come and go, so every lock on them is verified once
+granted (:mod:`tokenloom.format.publish_locks`): a process that waited on a lock file
+which was then deleted, or on an ``.idx`` which was then replaced, sees that the path no
+longer names its inode and locks again.
+
+A publish: lock the directory's lock file; lock the current ``.idx`` (if any), then the
+directory; finish any earlier journal (then lock the ``.idx`` it put in place); write
+the journal; rename every file into place (the ``.bin`` before the ``.idx``); fsync the
+directory; delete the journal; release the directory and the ``.idx``; delete the lock
+file and release it.  A crash before the journal exists leaves the old set (and orphan
+``.NAME.*.tmp`` temporaries); a crash after it leaves a journal that the next reader or
+writer of that prefix rolls forward (a rename is redone only while its temporary still
+exists), so the new set appears whole.  A crash may leave the lock file, which the next
+writer locks, verifies and deletes.
+
+An open (:func:`reading`): finish an interrupted publish (a journal is there: that
+needs write access); take a shared lock (the ``.idx``, verified; else the lock file,
+verified; else the directory); if a journal is there now, release and start again; else
+run the block, which opens both files, and release.  Readers open files read-only and
+never create one: reading leaves no trace, and read-only folders work.
+
+The races, and why each ends with the old set or the new one:
+
+* R1, two writers: the lock file serialises them.  One that waited on a lock file its
+  holder then deleted finds the path gone (or another inode) and starts again.
+* R2, a reader and a writer replacing an existing pair: the reader's verified shared
+  lock on the current ``.idx`` excludes the writer's exclusive lock on that inode, and a
+  writer renames only while it holds that.  So while the reader holds it, neither the
+  ``.idx`` nor the ``.bin`` changes.  A reader that waited on an ``.idx`` that a publish
+  then replaced fails the verification and locks the new one.
+* R3, a writer killed at any step: its locks die with it.  Before the journal exists
+  the old set is whole; after it, whichever ``.idx`` a reader then locks, the reader sees
+  the journal (checked after the lock is granted) and rolls it forward first.
+* R4, a reader of a prefix without an ``.idx``: while a publish runs in the directory
+  the lock file exists, and the reader's shared lock on it waits for the writer, then
+  fails the verification (the writer deleted it) and starts again.  Where there is no
+  lock file either, the reader's shared lock on the directory keeps any writer from
+  committing until the block is done.
+* R5, a stopped (SIGSTOP) process holds its locks: the others wait up to ``timeout``
+  seconds (``TOKENLOOM_LOCK_TIMEOUT_S``, default 120), then raise
+  :class:`~tokenloom.errors.PublishTimeoutError` naming the file.
+* R6, read-only folders: readers lock through read-only descriptors (``flock`` allows
+  it).  A repair there waits for a writer still running, then raises FormatError
+  asking for write access.
+
+Limits: ``flock`` is advisory (megatron-core and other tools ignore it), and a directory
+lock is local to one machine on NFS (file locks there are emulated with POSIX locks and
+reach the server; R4 across machines is not covered).  A reader that cannot open the
+``.idx`` (a FIFO, a symlink loop, no permission) runs the block unlocked: it fails there.
 
 The data files themselves are untouched: their bytes are exactly what was written.
 """
@@ -29,19 +74,22 @@ import contextlib
 import errno
 import json
 import os
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Optional
 
 from tokenloom.atomic import atomic_write_bytes, fsync_dir, fsync_path, temporary_sibling
 from tokenloom.errors import FormatError, OutputError, PublishTimeoutError, TokenloomError
+from tokenloom.format.publish_locks import (
+    READ_ONLY_ERRORS,
+    Deadline,
+    acquire,
+    acquire_directory,
+    release,
+)
 
 LOCK_NAME = ".tokenloom-publish.lock"
 _JOURNAL_SUFFIX = ".publish-journal"
 _JOURNAL_FORMAT = "tokenloom-publish-journal/1"
-_POLL_S = 0.02
-_FIRST_LOCK_GRACE_S = 0.2
-_READ_ONLY_ERRORS = (errno.EACCES, errno.EROFS, errno.EPERM)
 
 
 def default_timeout() -> float:
@@ -56,8 +104,12 @@ def default_timeout() -> float:
     return value
 
 
+def _deadline(timeout: Optional[float]) -> Deadline:
+    return Deadline(default_timeout() if timeout is None else float(timeout))
+
+
 def lock_path(prefix: str) -> str:
-    """The directory lock that guards publishing and opening ``prefix``'s files."""
+    """The directory's writer lock (present only while a publish in it runs)."""
     return os.path.join(os.path.dirname(os.path.abspath(prefix)), LOCK_NAME)
 
 
@@ -67,63 +119,57 @@ def journal_path(prefix: str) -> str:
     return os.path.join(folder, f".{name}{_JOURNAL_SUFFIX}")
 
 
-def _open_lock(prefix: str, create: bool) -> Optional[int]:
-    """A descriptor of the lock file, None where there is none (readers never create it,
-    so reading a folder leaves no trace).  A writer that creates it waits
-    ``_FIRST_LOCK_GRACE_S`` so that a reader which found no lock file a moment ago, and
-    so opens without it, has finished opening both files before anything is renamed."""
-    path, cloexec = lock_path(prefix), getattr(os, "O_CLOEXEC", 0)
-    if create:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | cloexec, 0o666)
-        except FileExistsError:
-            pass
-        else:
-            time.sleep(_FIRST_LOCK_GRACE_S)
-            return fd
-    for flags in (os.O_RDWR, os.O_RDONLY):  # flock works on a read-only descriptor too
-        try:
-            return os.open(path, flags | cloexec)
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            if error.errno not in _READ_ONLY_ERRORS:
-                raise
-    return None
-
-
-def _acquire(fd: int, exclusive: bool, path: str, timeout: Optional[float]) -> None:
-    import fcntl
-
-    timeout = default_timeout() if timeout is None else float(timeout)
-    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, mode)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise PublishTimeoutError(
-                    f"{path}: another process has been publishing a .bin/.idx pair in this "
-                    f"directory for over {timeout:g} s; wait for it to finish or raise "
-                    "TOKENLOOM_LOCK_TIMEOUT_S (a crashed writer releases the lock itself)"
-                ) from None
-            time.sleep(_POLL_S)
+def _index_path(prefix: str) -> str:
+    return f"{os.path.abspath(prefix)}.idx"
 
 
 @contextlib.contextmanager
-def _locked(prefix: str, exclusive: bool, timeout: Optional[float], create: bool) -> Iterator[bool]:
-    """Hold the directory lock; yields False when there is no lock file to hold."""
-    fd = _open_lock(prefix, create)
-    if fd is None:
-        yield False
-        return
+def _directory_locked(prefix: str, deadline: Deadline) -> Iterator[Optional[int]]:
+    """Hold the writer lock of ``prefix``'s directory (created, then deleted on release).
+
+    Yields None where it can neither be created nor opened (a read-only folder
+    without one: no writer runs there)."""
+    path = lock_path(prefix)
+    fd = acquire(path, True, deadline, create=True)  # read-only: opened if it exists
     try:
-        _acquire(fd, exclusive, lock_path(prefix), timeout)
-        yield True
+        yield fd
     finally:
-        os.close(fd)  # closing the descriptor releases the flock
+        release(fd, path)
+
+
+@contextlib.contextmanager
+def _replacing(prefix: str, deadline: Deadline) -> Iterator[bool]:
+    """Under the directory's writer lock: hold the current ``.idx`` and the directory
+    itself exclusively, with any earlier journal of ``prefix`` rolled forward; yields
+    whether there was one."""
+    journal, index, rolled = journal_path(prefix), _index_path(prefix), False
+    while True:
+        try:
+            fd = acquire(index, True, deadline, writable=True)
+        except PublishTimeoutError:
+            raise
+        except OSError as error:
+            raise output_error(index, error) from None
+        try:
+            folder = acquire_directory(os.path.dirname(index), True, deadline)
+        except BaseException:
+            release(fd)
+            raise
+        try:
+            if not _roll_forward(journal):
+                break
+        except BaseException:
+            release(folder)
+            release(fd)
+            raise
+        rolled = True
+        release(folder)
+        release(fd)  # the journal replaced the .idx: lock the one now in place
+    try:
+        yield rolled
+    finally:
+        release(folder)
+        release(fd)
 
 
 def _read_journal(path: str) -> list[tuple[str, str]]:
@@ -164,13 +210,24 @@ def recover(prefix: str, timeout: Optional[float] = None) -> bool:
     """Finish a publish of ``prefix`` that a crash interrupted; True when one was finished.
 
     Cheap when there is nothing to do (one ``stat``)."""
+    return _recover(prefix, _deadline(timeout))
+
+
+def _recover(prefix: str, deadline: Deadline) -> bool:
     journal = journal_path(prefix)
     if not os.path.lexists(journal):
         return False
     try:
-        with _locked(prefix, True, timeout, create=True):
-            return _roll_forward(journal)
-    except PermissionError as error:
+        with _directory_locked(prefix, deadline) as held:
+            if held is None:  # a read-only folder without a running writer
+                if not os.path.lexists(journal):
+                    return False
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+            with _replacing(prefix, deadline) as rolled:
+                return rolled
+    except OSError as error:
+        if isinstance(error, TokenloomError) or error.errno not in READ_ONLY_ERRORS:
+            raise
         raise FormatError(
             f"{journal}: a publish of {prefix} was interrupted and must be finished, "
             f"but this process cannot write there ({error.strerror}); open the "
@@ -178,19 +235,43 @@ def recover(prefix: str, timeout: Optional[float] = None) -> bool:
         ) from None
 
 
+def _reader_lock(prefix: str, deadline: Deadline) -> Optional[int]:
+    """A shared lock that keeps writers from replacing ``prefix``'s files: on its
+    ``.idx``, else on the directory's lock file, else on the directory (R2, R4); None
+    when the ``.idx`` cannot be opened (the block then reports why) or the directory
+    cannot be locked."""
+    for path in (_index_path(prefix), lock_path(prefix)):
+        try:
+            fd = acquire(path, False, deadline)
+        except PublishTimeoutError:
+            raise
+        except OSError:
+            return None
+        if fd is not None:
+            return fd
+    return acquire_directory(os.path.dirname(lock_path(prefix)), False, deadline)
+
+
 @contextlib.contextmanager
 def reading(prefix: str, timeout: Optional[float] = None) -> Iterator[None]:
     """Open the files of ``prefix`` inside this block: never half of two publishes.
 
-    Rolls an interrupted publish forward first.  Where no tokenloom writer ever published
-    (no lock file: nothing is created by reading), or ``prefix`` is an object-storage URL,
-    the block runs unlocked; a writer creating the lock waits for such readers first."""
+    Rolls an interrupted publish forward first.  Nothing is created by reading; an
+    object-storage URL runs the block unlocked (see the module docstring, R2 to R4)."""
     if "://" in str(prefix):
         yield
         return
-    recover(prefix, timeout)
-    with _locked(prefix, False, timeout, create=False):
+    deadline, journal = _deadline(timeout), journal_path(prefix)
+    while True:
+        _recover(prefix, deadline)
+        fd = _reader_lock(prefix, deadline)
+        if not os.path.lexists(journal):
+            break
+        release(fd)  # a publish committed meanwhile (or crashed): finish it, lock again
+    try:
         yield
+    finally:
+        release(fd)
 
 
 def _relative(folder: str, path: str) -> str:
@@ -206,20 +287,22 @@ def publish_pair(
     """Rename every finished ``(temporary, final)`` file into place as one publish.
 
     The temporaries must be complete and fsynced, and on the same filesystem as their
-    final names (siblings, as :func:`~tokenloom.atomic.temporary_sibling` makes them)."""
+    final names (siblings, as :func:`~tokenloom.atomic.temporary_sibling` makes them).
+    Afterwards nothing but the published files is left in the folder."""
     journal = journal_path(prefix)
     folder = os.path.dirname(journal)
     record = {
         "format": _JOURNAL_FORMAT,
         "moves": [[_relative(folder, tmp), _relative(folder, final)] for tmp, final in moves],
     }
-    with _locked(prefix, True, timeout, create=True):
-        _roll_forward(journal)
-        try:  # the commit point; failing here leaves the old set (the caller discards)
-            atomic_write_bytes(journal, json.dumps(record).encode("utf-8"))
-        except OSError as error:
-            raise output_error(journal, error) from None
-        _roll_forward(journal)
+    deadline = _deadline(timeout)
+    with _directory_locked(prefix, deadline):
+        with _replacing(prefix, deadline):
+            try:  # the commit point; failing here leaves the old set (the caller discards)
+                atomic_write_bytes(journal, json.dumps(record).encode("utf-8"))
+            except OSError as error:
+                raise output_error(journal, error) from None
+            _roll_forward(journal)
 
 
 def write_temporaries(prefix: str, extra_files: Mapping[str, bytes]) -> list[tuple[str, str]]:
