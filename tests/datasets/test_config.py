@@ -127,6 +127,25 @@ def test_sequences_per_dataset_and_object_storage_ok(tmp_path):
     assert config.prefixes() == ["s3://bucket/a"]
 
 
+@pytest.mark.parametrize("value", [None, False, 0, 0.0, "", {}, [], ()])
+def test_any_false_sequences_per_dataset_means_none(tmp_path, value):
+    """megatron-core tests ``if config.sequences_per_dataset:``: any false value is none."""
+    from tests.support.dataset_files import write_corpus
+
+    from tokenloom.builder import BlendedMegatronDatasetBuilder
+    from tokenloom.datasets import GPTDataset
+
+    prefix = write_corpus(tmp_path / "c", [30] * 8)
+    config = gpt(
+        blend=([prefix], None), split="1", sequences_per_dataset=value, path_to_cache=tmp_path
+    )
+    assert config.sequences_per_dataset is None and config.sequences_for(prefix) is None
+    train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [5, 0, 0], lambda: True, config).build()
+    assert len(train) >= 5
+    # even without a vocab_size, which a real sequences_per_dataset needs
+    assert gpt(tokenizer={"vocab_size": None, "eod": 1}, sequences_per_dataset=value).mock is False
+
+
 class NoEod:
     vocab_size = 10
 

@@ -24,6 +24,23 @@ def is_real(value: object) -> TypeGuard[float]:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def is_finite(value: float) -> bool:
+    """``math.isfinite`` that says False (instead of raising) for integers too large to
+    be a float, such as ``10**400``."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def check_real(name: str, value: object, low: float, high: float, default: str = "") -> None:
+    """``value`` must be a real number (not a bool) in ``[low, high]``: NaN, infinities
+    and integers too large for a float are refused."""
+    if not is_real(value) or not is_finite(value) or not low <= value <= high:
+        hint = f" (default {default})" if default else ""
+        raise ConfigError(f"{name}={value!r}: must be a finite number in [{low:g}, {high:g}]{hint}")
+
+
 def check_int(name: str, value: object, low: int, high: Optional[int] = None) -> None:
     """``value`` must be an integer in ``[low, high]``."""
     if not is_int(value) or value < low or (high is not None and value > high):
@@ -103,7 +120,7 @@ def _check_weights(name: str, weights: object, count: int) -> Optional[list[floa
             "must be equal in number"
         )
     for weight in weights:
-        if not is_real(weight) or not math.isfinite(weight) or weight <= 0:
+        if not is_real(weight) or not is_finite(weight) or weight <= 0:
             raise ConfigError(
                 f"{name}: weight {weight!r} must be a finite number > 0; remove a prefix "
                 "instead of giving it weight 0"

@@ -14,12 +14,11 @@ which becomes a :class:`SimpleTokenizer`.
 
 from __future__ import annotations
 
-import math
 import numbers
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from tokenloom.attributes import read_attribute
 from tokenloom.datasets import _checks as checks
@@ -31,7 +30,16 @@ from tokenloom.datasets.split import (
 from tokenloom.datasets.utils import get_blend_from_list, load_sequences_per_dataset
 from tokenloom.errors import ConfigError
 
+MAX_SEQUENCE_LENGTH = 2**31 - 1
+"""The longest ``sequence_length``: megatron-core's index helpers take it as an int32."""
+
+MAX_MID_LEVEL_DATASET_SURPLUS = 1e6
+"""The largest ``mid_level_dataset_surplus``: beyond it the per-dataset sample counts
+(``ceil(size * weight * (1 + surplus))``) stop being buildable arrays."""
+
 __all__ = [
+    "MAX_MID_LEVEL_DATASET_SURPLUS",
+    "MAX_SEQUENCE_LENGTH",
     "BlendedMegatronDatasetConfig",
     "GPTDatasetConfig",
     "SimpleTokenizer",
@@ -89,15 +97,29 @@ def _check_special_ids(tokenizer, vocab_size) -> None:
             )
 
 
+def _means_none(value: object) -> bool:
+    """megatron-core reads ``sequences_per_dataset`` with ``if value:``: any false value
+    is "none". A value whose truth is ambiguous (an array) is not false; it is then
+    refused as a mapping by :func:`load_sequences_per_dataset`."""
+    if value is None:
+        return True
+    try:
+        return not value
+    except Exception:  # noqa: BLE001 - ambiguous truth (numpy arrays): not "none"
+        return False
+
+
 @dataclass
 class BlendedMegatronDatasetConfig:
     """Configuration of the builder and of every Megatron-style dataset."""
 
     random_seed: int
-    """The seed for all RNG during dataset creation (0 <= seed < 2**32)."""
+    """The seed for all RNG during dataset creation: an integer in ``[0, 2**32 - 1]``,
+    the range of numpy's ``RandomState`` (megatron-core fails on others)."""
 
     sequence_length: int
-    """The sequence length (tokens per sample, >= 1)."""
+    """The sequence length: tokens per sample, an integer in ``[1, 2**31 - 1]`` (int32,
+    as megatron-core's index helpers take it)."""
 
     blend: Optional[tuple[list[str], Optional[list[float]]]] = None
     """``(prefixes, weights or None)``, e.g. ``(["a", "b"], [0.3, 0.7])``. Without weights
@@ -119,7 +141,8 @@ class BlendedMegatronDatasetConfig:
     """Derived from ``split``: per split ``(begin, end)`` fractions or ``None``."""
 
     num_dataset_builder_threads: int = 1
-    """Threads used to build the datasets of a blend."""
+    """Threads used to build the datasets of a blend (an integer >= 1; any value above
+    the number of prefixes means one thread per prefix)."""
 
     path_to_cache: Optional[str] = None
     """Directory of the index cache. ``None``: ``<prefix>/cache/<Class>_indices``."""
@@ -134,7 +157,9 @@ class BlendedMegatronDatasetConfig:
     """The tokenizer (``vocab_size``, ``eod``, optional ``pad``/``unique_identifiers``)."""
 
     mid_level_dataset_surplus: float = 0.005
-    """Extra fraction of samples built per mid-level dataset of a weighted blend."""
+    """Extra fraction of samples built per mid-level dataset of a weighted blend: a
+    finite number in ``[0, 1e6]`` (0: exactly the samples the blend draws; negative
+    values, NaN and infinities are refused)."""
 
     allow_ambiguous_pad_tokens: Optional[bool] = False
     """Keep masking the tokenizer's pad id even when it equals another special token."""
@@ -148,7 +173,7 @@ class BlendedMegatronDatasetConfig:
     def __post_init__(self) -> None:
         """Validate every field and derive ``mock`` and ``split_matrix``."""
         checks.check_int("random_seed", self.random_seed, 0, 2**32 - 1)
-        checks.check_int("sequence_length", self.sequence_length, 1)
+        checks.check_int("sequence_length", self.sequence_length, 1, MAX_SEQUENCE_LENGTH)
         checks.check_int("num_dataset_builder_threads", self.num_dataset_builder_threads, 1)
         self._check_scalars()
         if self.path_to_cache is not None:
@@ -162,12 +187,13 @@ class BlendedMegatronDatasetConfig:
             self._check_blend_and_split()
 
     def _check_scalars(self) -> None:
-        surplus = self.mid_level_dataset_surplus
-        if not checks.is_real(surplus) or not math.isfinite(surplus) or surplus < 0:
-            raise ConfigError(
-                f"mid_level_dataset_surplus={surplus!r}: must be a finite number >= 0 "
-                "(default 0.005)"
-            )
+        checks.check_real(
+            "mid_level_dataset_surplus",
+            self.mid_level_dataset_surplus,
+            0.0,
+            MAX_MID_LEVEL_DATASET_SURPLUS,
+            default="0.005",
+        )
         for name in ("mmap_bin_files", "fast_cache_load", "defer_npy_index_mmap"):
             checks.check_bool(name, getattr(self, name))
         for name in ("multiple_validation_sets", "full_validation", "allow_ambiguous_pad_tokens"):
@@ -257,23 +283,27 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     """Local directory caching ``.idx`` files of s3:// or msc:// datasets."""
 
     data_parallel_size: int = 1
-    """Data parallel size (kept for Megatron compatibility)."""
+    """Data parallel size, an integer >= 1 (kept for Megatron compatibility)."""
 
     sequence_parallel_size: int = 0
-    """Sequence parallel size under TP, 0 when disabled (Megatron compatibility)."""
+    """Sequence parallel size under TP, an integer >= 0; 0 when disabled (Megatron
+    compatibility)."""
 
     hybrid_context_parallel: bool = False
     """Hybrid context parallelism flag (Megatron compatibility)."""
 
     sequences_per_dataset: Optional[dict[str, tuple[int, int]]] = None
     """``{prefix: (sequence_count, document_count)}`` or the path of such a JSON file;
-    start-up then opens one file instead of reading every ``.idx`` header."""
+    start-up then opens one file instead of reading every ``.idx`` header. Any false
+    value (``None``, ``False``, ``0``, ``""``, ``{}``) means none, as in megatron-core,
+    which tests it with ``if config.sequences_per_dataset``."""
 
     token_dtype_code: Optional[int] = field(init=False, default=None)
     """Derived: 4 (int32) when ``vocab_size > 65536``, 8 (uint16) otherwise, None if unknown."""
 
     context_parallel_size: Optional[int] = None
-    """Context parallel size, used for padding packed sequences."""
+    """Context parallel size (an integer >= 1, or None), used for padding packed
+    sequences."""
 
     return_cu_seqlens: bool = False
     """tokenloom extension: add ``cu_seqlens`` (int32 document boundaries within the
@@ -316,14 +346,16 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
         checks.check_object_storage(self)
 
     def _check_sequences_per_dataset(self) -> None:
-        if self.sequences_per_dataset is None:
+        given: Any = self.sequences_per_dataset  # a mapping or a path (or a false value)
+        if _means_none(given):
+            self.sequences_per_dataset = None
             return
         if self.token_dtype_code is None:
             raise ConfigError(
                 "sequences_per_dataset needs the tokenizer's vocab_size (it is None); fix the "
                 "tokenizer or drop sequences_per_dataset"
             )
-        self.sequences_per_dataset = load_sequences_per_dataset(self.sequences_per_dataset)
+        self.sequences_per_dataset = load_sequences_per_dataset(given)
         missing = [p for p in self.prefixes() if p not in self.sequences_per_dataset]
         if missing:
             raise ConfigError(

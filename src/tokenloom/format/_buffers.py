@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import math
+import numbers
+import operator
 from typing import Any, Generic, Optional, TypeVar, Union
 
 import numpy
@@ -70,7 +73,11 @@ def as_numpy(values: object) -> npt.NDArray[Any]:
         and has_attribute(values, "cpu")
         and has_attribute(values, "numpy")
     ):
-        values = values.detach().cpu().numpy()
+        tensor: Any = values
+        try:
+            values = tensor.detach().cpu().numpy()
+        except (TypeError, RuntimeError) as error:  # bfloat16 and other types numpy lacks
+            raise FormatError(f"cannot convert the tensor to a numpy array: {error}") from None
     try:
         array = numpy.asarray(values)
     except (OverflowError, ValueError, TypeError) as error:
@@ -89,7 +96,18 @@ def _cast_rule(source: numpy.dtype[Any], target: numpy.dtype[Any]) -> Optional[t
     return int(info.min), int(info.max)
 
 
-def check_fits(array: npt.NDArray[Any], dtype: npt.DTypeLike, where: str) -> None:
+def _range_error(where: str, item: str, value: object, at: int, target: numpy.dtype[Any]) -> str:
+    info = numpy.iinfo(target)
+    return (
+        f"{where}: {item} {value!r} at position {at} does not fit {target.name} "
+        f"(range {int(info.min)}..{int(info.max)}); use a wider dtype such as numpy.int32, "
+        "or check the tokenizer's vocabulary size"
+    )
+
+
+def check_fits(
+    array: npt.NDArray[Any], dtype: npt.DTypeLike, where: str, item: str = "token"
+) -> None:
     """FormatError unless every value of ``array`` is representable in ``dtype`` unchanged."""
     target = numpy.dtype(dtype)
     try:
@@ -102,21 +120,87 @@ def check_fits(array: npt.NDArray[Any], dtype: npt.DTypeLike, where: str) -> Non
         bad = ~numpy.isfinite(array) | (array != numpy.trunc(array))
         if bad.any():
             at = int(numpy.flatnonzero(bad)[0])
-            raise FormatError(f"{where}: token {array[at]!r} at position {at} is not an integer")
+            raise FormatError(
+                f"{where}: {item} {array[at].item()!r} at position {at} is not an integer"
+            )
     low, high = bounds
     if array.min() < low or array.max() > high:
         at = int(numpy.flatnonzero((array < low) | (array > high))[0])
+        raise FormatError(_range_error(where, item, array[at].item(), at, target))
+
+
+def _python_integer(value: object, where: str, item: str, at: int) -> int:
+    """One element of a text or object array as a Python int, as ``numpy.array(values,
+    dtype=<integer>)`` reads it (``int()`` of a number string), but refusing what numpy
+    would truncate (``1.5``, ``nan``)."""
+    if isinstance(value, (str, bytes)):
+        try:
+            return int(value)
+        except ValueError:
+            raise FormatError(
+                f"{where}: {item} {value!r} at position {at} is not an integer "
+                "(number strings must be whole numbers, such as '42')"
+            ) from None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        if math.isfinite(number) and number == math.trunc(number):
+            return int(number)
+        raise FormatError(f"{where}: {item} {value!r} at position {at} is not an integer")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
         raise FormatError(
-            f"{where}: token {array[at].item()!r} at position {at} does not fit {target.name} "
-            f"(range {low}..{high}); use a wider dtype such as numpy.int32, or check "
-            "the tokenizer's vocabulary size"
-        )
+            f"{where}: {item} {value!r} at position {at} is not a number; give token ids as "
+            "integers, number strings or an integer array"
+        ) from None
 
 
-def to_tokens(values: object, dtype: npt.DTypeLike, where: str) -> npt.NDArray[Any]:
-    """Convert ``values`` to a contiguous 1-D array of ``dtype``, refusing lossy casts."""
-    array = as_numpy(values)
-    if array.dtype != dtype:
-        check_fits(array, dtype, where)
-        array = array.astype(dtype)
+def _elements(values: object, array: npt.NDArray[Any], where: str) -> npt.NDArray[Any]:
+    """The elements as given: ``numpy.asarray`` turned a list mixing numbers and strings
+    into strings (``[1.0, "2"]`` -> ``["1.0", "2"]``), which ``int()`` would then refuse;
+    an object array keeps ``1.0`` a float."""
+    if isinstance(values, numpy.ndarray):
+        return array
+    try:
+        return numpy.array(values, dtype=object).reshape(-1)
+    except (ValueError, TypeError) as error:
+        raise FormatError(f"{where}: cannot convert tokens to an integer array: {error}") from None
+
+
+def _parse_integers(
+    array: npt.NDArray[Any], dtype: numpy.dtype[Any], where: str, item: str
+) -> npt.NDArray[Any]:
+    """A text (``U``/``S``) or object array as an array of ``dtype``, element by element."""
+    values = [_python_integer(v, where, item, at) for at, v in enumerate(array.tolist())]
+    if dtype.kind in "iu" and values:
+        info = numpy.iinfo(dtype)
+        for at, value in enumerate(values):
+            if not int(info.min) <= value <= int(info.max):
+                raise FormatError(_range_error(where, item, value, at, dtype))
+    return numpy.array(values, dtype=dtype)
+
+
+def to_tokens(
+    values: object, dtype: npt.DTypeLike, where: str, item: str = "token"
+) -> npt.NDArray[Any]:
+    """Convert ``values`` to a contiguous 1-D array of ``dtype``, refusing lossy casts.
+
+    Takes what ``numpy.array(values, dtype=dtype)`` takes (megatron-core's conversion):
+    numeric arrays, torch tensors, lists of numbers or numpy scalars, and number strings
+    (``"42"``, ``b"42"``); stricter than numpy in one way: a value that would change on
+    the way (out of ``dtype``'s range, or not a whole number) is a FormatError naming
+    it and its position, where numpy wraps or truncates it silently.
+    """
+    target = numpy.dtype(dtype)
+    try:
+        array = as_numpy(values)
+    except FormatError as error:
+        raise FormatError(f"{where}: {error}") from None
+    if array.dtype.kind in "USO":
+        array = _parse_integers(_elements(values, array, where), target, where, item)
+    if array.dtype != target:
+        check_fits(array, target, where, item)
+        array = array.astype(target)
     return numpy.ascontiguousarray(array)

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from tokenloom.atomic import temporary_sibling
 from tokenloom.attributes import read_attribute
 from tokenloom.errors import FormatError, OutputError, TokenloomError
-from tokenloom.format._buffers import GrowableArray, as_numpy, check_fits, to_tokens
+from tokenloom.format._buffers import GrowableArray, as_numpy, to_tokens
 from tokenloom.format.dtypes import normalize_dtype
 from tokenloom.format.publish import discard, output_error, publish_pair, write_temporaries
 from tokenloom.format.reader import IndexFile
@@ -69,7 +69,14 @@ class IndexedDatasetBuilder:
 
     Use ``add_item`` + ``end_document``, ``add_document``, ``add_documents`` (many
     single-sequence documents at once) or ``add_index`` (append an existing pair),
-    then ``finalize(idx_path)``.  Accepts numpy arrays, lists and torch tensors.
+    then ``finalize(idx_path)``.
+
+    Tokens (and lengths, modes) may be anything ``numpy.array(tokens, dtype=dtype)``
+    takes, as in megatron-core: arrays, torch tensors, (nested) lists of ints, numpy
+    scalars or number strings (``"42"``).  Stricter than megatron-core, a value that
+    would be stored changed is a FormatError naming it and its position: out of the
+    dtype's range (numpy wraps ``int64(70000)`` to 4464 in uint16), not whole (numpy
+    truncates ``1.5``), or not a number (``None``).
     """
 
     def __init__(
@@ -130,11 +137,9 @@ class IndexedDatasetBuilder:
     def _tokens(self, values: object, what: str) -> npt.NDArray[Any]:
         return to_tokens(values, self.dtype, f"{self.bin_path}: {what}")
 
-    def _check_mode(self, mode: int) -> int:
-        mode = int(mode)
-        if not -128 <= mode <= 127:
-            raise FormatError(f"{self.bin_path}: sequence mode {mode} does not fit int8")
-        return mode
+    def _check_mode(self, mode: object) -> int:
+        where = f"{self.bin_path}: add_item"
+        return int(to_tokens([mode], numpy.int8, where, item="mode")[0])
 
     def _modes_for(self, modes: object, count: int, what: str) -> Optional[npt.NDArray[numpy.int8]]:
         if not self.multimodal:
@@ -146,13 +151,12 @@ class IndexedDatasetBuilder:
             return None
         if modes is None:
             return numpy.zeros(count, dtype=numpy.int8)
-        modes = as_numpy(modes)
-        if modes.shape[0] != count:
+        checked = to_tokens(modes, numpy.int8, f"{self.bin_path}: {what}: modes", item="mode")
+        if checked.shape[0] != count:
             raise FormatError(
-                f"{self.bin_path}: {what}: {modes.shape[0]} modes for {count} sequences"
+                f"{self.bin_path}: {what}: {checked.shape[0]} modes for {count} sequences"
             )
-        check_fits(modes, numpy.int8, f"{self.bin_path}: {what}: modes")
-        return modes.astype(numpy.int8)
+        return checked
 
     def _check_lengths(self, lengths: npt.NDArray[numpy.int64], what: str) -> None:
         if lengths.size and (lengths.min() < 0 or lengths.max() > _INT32_MAX):
@@ -162,7 +166,8 @@ class IndexedDatasetBuilder:
             )
 
     def add_item(self, tokens: object, mode: int = 0) -> None:
-        """Append one sequence to the current document."""
+        """Append one sequence to the current document (tokens as in the class docstring;
+        megatron-core's ``add_item`` needs a torch tensor, this one takes any of them)."""
         array = self._tokens(tokens, "add_item")
         if array.shape[0] > _INT32_MAX:
             raise FormatError(
@@ -185,7 +190,7 @@ class IndexedDatasetBuilder:
     ) -> tuple[npt.NDArray[Any], npt.NDArray[numpy.int64]]:
         """Checked ``(tokens, int64 lengths)`` whose lengths add up to the token count."""
         array = self._tokens(tokens, where)
-        counts = as_numpy(lengths).astype(numpy.int64)
+        counts = to_tokens(lengths, numpy.int64, f"{self.bin_path}: {where}: lengths", "length")
         self._check_lengths(counts, where)
         if int(counts.sum()) != array.shape[0]:
             raise FormatError(
@@ -195,7 +200,9 @@ class IndexedDatasetBuilder:
         return array, counts
 
     def add_document(self, tokens: object, lengths: object, modes: object = None) -> None:
-        """Append one whole document: ``tokens`` split into sequences of ``lengths``."""
+        """Append one whole document: ``tokens`` split into sequences of ``lengths``
+        (tokens, lengths and modes as in the class docstring; the lengths must add up
+        to the number of tokens)."""
         array, counts = self._tokens_and_lengths(tokens, lengths, "add_document")
         mode_array = self._modes_for(modes, counts.shape[0], "add_document")
         self._write(array.data.cast("B"))
