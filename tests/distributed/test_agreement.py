@@ -59,8 +59,17 @@ def worker(out_dir: str) -> None:
         "seed": harness.outcome(lambda: _build(out, out / "c2", seed=6 if rank == 2 else 5)),
         "node_local": harness.outcome(lambda: _build(out, out / f"local{rank}")),
     }
+    import torch.distributed as dist
+
     from tokenloom.distributed import get_communicator
 
+    sub = dist.new_group([0, 1, 2])
+    if rank != 0:  # rank 0, which checks that every rank arrived, never comes
+        first = get_communicator(timeout_s=3, group=sub)
+        started = time.monotonic()
+        result["silent_first"] = harness.outcome(lambda: first.all_gather(rank))
+        result["silent_first_seconds"] = time.monotonic() - started
+    dist.barrier()
     comm = get_communicator(timeout_s=3)
     if rank == 2:  # never joins the next build: crashed, or stuck somewhere else
         harness.write_result(out_dir, rank, result)
@@ -107,7 +116,23 @@ def test_a_silent_rank_is_named_within_the_timeout(results):
         assert not outcome["ok"] and outcome["type"] == "DistributedError", outcome
         assert results[rank]["silent_seconds"] < 3 * 3 + 5
     assert "rank 2 did not answer within 3 s" in results[0]["silent"]["message"]
-    assert "rank 0" in results[1]["silent"]["message"]
+    assert (
+        "rank 0, the group's first rank, reports: rank 2 did not answer within 3 s"
+        in results[1]["silent"]["message"]
+    )
+    assert "the dataset build's all_gather_object" in results[1]["silent"]["message"]
+
+
+@pytest.mark.timeout(200)
+def test_a_silent_first_rank_is_named_by_the_others_within_the_timeout(results):
+    for rank in (1, 2):
+        outcome = results[rank]["silent_first"]
+        assert not outcome["ok"] and outcome["type"] == "DistributedError", outcome
+        assert results[rank]["silent_first_seconds"] < 3 + 5
+        assert (
+            "rank 0, the group's first rank (it checks that every rank arrived), did not "
+            "answer within 3 s" in outcome["message"]
+        ), outcome
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, TypeVar
 
 from tokenloom.distributed.gather import bounded_all_gather
+from tokenloom.distributed.timeout import check_timeout, default_timeout_s
 from tokenloom.errors import CacheError, DistributedError, TokenloomError
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ T = TypeVar("T")
 __all__ = [
     "Communicator",
     "build_on_rank0_then_load",
+    "default_timeout_s",
     "get_communicator",
     "is_distributed",
 ]
@@ -130,7 +132,7 @@ def get_communicator(
     :attr:`Communicator.timeout_s`).
     """
     all_gather = None
-    timeout_s = default_timeout_s() if timeout_s is None else _check_timeout(timeout_s)
+    timeout_s = default_timeout_s() if timeout_s is None else check_timeout(timeout_s)
     if is_distributed():
         import torch.distributed as dist
 
@@ -150,24 +152,6 @@ def get_communicator(
         local_world_size = world_size
     _check_topology(rank, world_size, local_rank, local_world_size)
     return Communicator(rank, world_size, local_rank, local_world_size, all_gather, timeout_s)
-
-
-def _check_timeout(value: Any) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise DistributedError(
-            f"distributed timeout {value!r}: give a finite number of seconds "
-            "> 0 (TOKENLOOM_DISTRIBUTED_TIMEOUT_S or timeout_s=)"
-        )
-    return seconds
-
-
-def default_timeout_s() -> float:
-    """``TOKENLOOM_DISTRIBUTED_TIMEOUT_S`` seconds, 1800 when unset."""
-    return _check_timeout(os.environ.get("TOKENLOOM_DISTRIBUTED_TIMEOUT_S") or 1800)
 
 
 def _check_topology(rank: int, world_size: int, local_rank: int, local_world_size: int) -> None:

@@ -2,16 +2,21 @@
 
 Every function takes the device to stage tensors on (CPU for gloo, a CUDA device for
 NCCL) and is a no-op or a local copy when the group has a single member, so the
-packing path also runs in one process without ``torch.distributed``.
+packing path also runs in one process without ``torch.distributed``.  Each takes a
+``step`` that names the call (``"wrap_data_iterator: ... over DP"``); every collective
+goes through :func:`tokenloom.distributed.collectives.run_collective`, so it is bounded
+by ``TOKENLOOM_DISTRIBUTED_TIMEOUT_S`` and ends in a ``DistributedError`` naming the
+group, the step and (gloo) the rank that did not answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 import torch
 
+from tokenloom.distributed.collectives import run_collective
 from tokenloom.errors import PackingError
 from tokenloom.packing.groups import group_rank, group_ranks, group_size
 
@@ -29,9 +34,9 @@ def resolve_device(device: Any, group: Any = None) -> torch.device:
 
 
 def gather_lengths(
-    lengths: Sequence[int], group: Any, device: torch.device
+    lengths: Sequence[int], group: Any, device: torch.device, step: str
 ) -> tuple[list[int], list[int]]:
-    """All-gather every member's list of lengths; return ``(all lengths, offsets)``.
+    """All-gather every DP member's list of lengths; return ``(all lengths, offsets)``.
 
     ``offsets`` has ``size + 1`` entries: member ``d`` holds ``offsets[d]:offsets[d+1]``.
     """
@@ -43,12 +48,21 @@ def gather_lengths(
 
     count = torch.tensor([mine.numel()], dtype=torch.int64, device=device)
     counts = [torch.zeros_like(count) for _ in range(size)]
-    dist.all_gather(counts, count, group=group)
+    run_collective(
+        group,
+        f"{step}: all_gather of the sub-sample counts over the DP group",
+        lambda: dist.all_gather(counts, count, group=group, async_op=True),
+    )
     sizes = [int(c.item()) for c in counts]
     padded = torch.zeros(max(sizes), dtype=torch.int64, device=device)
     padded[: mine.numel()] = mine
     gathered = [torch.empty_like(padded) for _ in range(size)]
-    dist.all_gather(gathered, padded, group=group)
+    run_collective(
+        group,
+        f"{step}: all_gather of the sub-sample lengths over the DP group",
+        lambda: dist.all_gather(gathered, padded, group=group, async_op=True),
+        roll_call=False,  # right after the counts: every member is there
+    )
     values = [v for d, t in enumerate(gathered) for v in t[: sizes[d]].tolist()]
     offsets = [0]
     for n in sizes:
@@ -56,17 +70,33 @@ def gather_lengths(
     return values, offsets
 
 
-def broadcast(tensor: Optional[torch.Tensor], group: Any) -> None:
-    """Broadcast ``tensor`` in place from the group's first member (skipped for None)."""
+def broadcast(
+    tensor: Optional[torch.Tensor], group: Any, step: str, roll_call: bool = True
+) -> None:
+    """Broadcast ``tensor`` in place from the group's first member (skipped for None).
+
+    ``roll_call=False`` right after another collective over the same group (see
+    :func:`~tokenloom.distributed.collectives.run_collective`).
+    """
     if tensor is None or group_size(group) == 1:
         return
     import torch.distributed as dist
 
-    dist.broadcast(tensor, group_ranks(group)[0], group=group)
+    source = group_ranks(group)[0]
+    run_collective(
+        group,
+        step,
+        lambda: dist.broadcast(tensor, source, group=group, async_op=True),
+        roll_call=roll_call,
+    )
 
 
 def broadcast_scalars(
-    values: Sequence[Any], group: Any, device: torch.device, dtype: torch.dtype = torch.float32
+    values: Sequence[Any],
+    group: Any,
+    device: torch.device,
+    step: str,
+    dtype: torch.dtype = torch.float32,
 ) -> list[Any]:
     """Send the first member's scalars to the others (as ``dtype``, like Megatron)."""
     if group_size(group) == 1:
@@ -75,12 +105,17 @@ def broadcast_scalars(
         payload = torch.tensor(list(values), dtype=dtype, device=device)
     else:
         payload = torch.zeros(len(values), dtype=dtype, device=device)
-    broadcast(payload, group)
+    broadcast(payload, group, step)
     return list(values) if group_rank(group) == 0 else payload.cpu().tolist()
 
 
 def all_to_all(
-    send: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: Any
+    send: torch.Tensor,
+    send_splits: list[int],
+    recv_splits: list[int],
+    group: Any,
+    step: str,
+    roll_call: bool = True,
 ) -> torch.Tensor:
     """``all_to_all_single`` with explicit splits (a copy for a one-member group)."""
     recv = torch.empty(sum(recv_splits), dtype=send.dtype, device=send.device)
@@ -89,8 +124,18 @@ def all_to_all(
         return recv
     import torch.distributed as dist
 
-    dist.all_to_all_single(
-        recv, send, output_split_sizes=recv_splits, input_split_sizes=send_splits, group=group
+    run_collective(
+        group,
+        step,
+        lambda: dist.all_to_all_single(
+            recv,
+            send,
+            output_split_sizes=recv_splits,
+            input_split_sizes=send_splits,
+            group=group,
+            async_op=True,
+        ),
+        roll_call=roll_call,
     )
     return recv
 
@@ -166,13 +211,15 @@ def reroute(
     dp_cp_group: Any,
     device: torch.device,
     dtypes: dict[str, torch.dtype],
+    step: str,
     one_element_keys: Sequence[str] = (),
 ) -> dict[int, dict[str, torch.Tensor]]:
     """Move sub-samples to the DP x CP ranks that run them; return ``{gid: sample}``.
 
     ``local`` maps this rank's global ids to their sub-samples; ``lengths[gid]`` is
     the token count of every key, except ``one_element_keys`` (one element each).
-    ``dtypes`` names the keys to move and their dtype (the same on every rank).
+    ``dtypes`` names the keys to move and their dtype (the same on every rank);
+    ``step`` names the caller in errors.
     """
     sends, receives = route.sends(), route.receives()
     order = [g for ids in receives for g in ids]
@@ -181,24 +228,21 @@ def reroute(
     def size(key: str, gid: int) -> int:
         return 1 if key in one_element_keys else int(lengths[gid])
 
-    for key, dtype in dtypes.items():
-        parts = []
-        for ids in sends:
-            for gid in ids:
-                value = local[gid][key].reshape(-1)
-                if value.numel() != size(key, gid):
-                    raise PackingError(
-                        f"sub-sample {gid}: {key!r} has {value.numel()} elements, expected "
-                        f"{size(key, gid)} (its padded_seq_len); every token tensor of a "
-                        "sub-sample must have its padded length"
-                    )
-                parts.append(value.to(device=device, dtype=dtype))
+    _check_sizes(local, [g for ids in sends for g in ids], dtypes, size)  # before any exchange
+    for index, (key, dtype) in enumerate(dtypes.items()):
+        parts = [
+            local[gid][key].reshape(-1).to(device=device, dtype=dtype)
+            for ids in sends
+            for gid in ids
+        ]
         send = torch.cat(parts) if parts else torch.empty(0, dtype=dtype, device=device)
         recv = all_to_all(
             send,
             [sum(size(key, g) for g in ids) for ids in sends],
             [sum(size(key, g) for g in ids) for ids in receives],
             dp_cp_group,
+            f"{step}: all_to_all of {key!r} over the DP x CP group",
+            roll_call=index == 0,
         )
         cursor = 0
         for gid in order:
@@ -206,3 +250,26 @@ def reroute(
             out[gid][key] = recv[cursor : cursor + n]
             cursor += n
     return out
+
+
+def _check_sizes(
+    local: dict[int, dict[str, torch.Tensor]],
+    gids: list[int],
+    keys: dict[str, torch.dtype],
+    size: Callable[[str, int], int],
+) -> None:
+    """PackingError for a sub-sample that lacks a key or whose tensor has the wrong size."""
+    for gid in gids:
+        for key in keys:
+            if key not in local[gid]:
+                raise PackingError(
+                    f"sub-sample {gid} lacks {key!r} (it has {sorted(local[gid])}); every "
+                    "sub-sample must carry the keys of the first one"
+                )
+            count = local[gid][key].numel()
+            if count != size(key, gid):
+                raise PackingError(
+                    f"sub-sample {gid}: {key!r} has {count} elements, expected "
+                    f"{size(key, gid)} (its padded_seq_len); every token tensor of a "
+                    "sub-sample must have its padded length"
+                )

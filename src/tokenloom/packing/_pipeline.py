@@ -12,6 +12,9 @@ from tokenloom.packing._comm import broadcast, gather_lengths
 from tokenloom.packing.groups import group_rank, group_size
 
 Sample = dict[str, torch.Tensor]
+STEP = "wrap_data_iterator"
+"""How errors name the collectives of ``BasePackingScheduler.run``."""
+_TO_MIDDLE = f"{STEP}: broadcast of the {{}} to the middle pipeline stages over the PP group"
 TOKEN_KEYS = ("tokens", "labels", "loss_mask", "position_ids")
 LENGTH_KEYS = ("original_seq_len", "padded_seq_len")
 METADATA_KEYS = ("max_seqlen", "cu_seqlens", "cu_seqlens_padded")
@@ -118,7 +121,7 @@ def global_lengths(
                 f"got {padded.tolist()}"
             )
         mine.append(int(padded[0]))
-    return gather_lengths(mine, dp_group, device)
+    return gather_lengths(mine, dp_group, device, STEP)
 
 
 def pack(samples: list[Sample], device: torch.device) -> Sample:
@@ -154,11 +157,11 @@ def broadcast_to_middle_stages(
     length = torch.tensor(
         [0 if payload is None else payload.numel()], dtype=torch.int64, device=device
     )
-    broadcast(length, pp_group)
+    broadcast(length, pp_group, _TO_MIDDLE.format("THD metadata size"))
     if payload is None:
         payload = torch.empty(int(length.item()), dtype=torch.int64, device=device)
-    broadcast(payload, pp_group)
-    broadcast(sums, pp_group)
+    broadcast(payload, pp_group, _TO_MIDDLE.format("THD metadata"), roll_call=False)
+    broadcast(sums, pp_group, _TO_MIDDLE.format("sequence-length sums"), roll_call=False)
     if rank in (0, last):
         return samples, scalars
     count, rebuilt = _read_metadata(payload)

@@ -8,11 +8,28 @@ microbatches.  ``imbalance`` is ``max / mean`` of those times (1.0 is perfect).
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from tokenloom.errors import PackingError
+from tokenloom.errors import ConfigError, PackingError
+
+
+def check_costs(token_cost: Any, attention_cost: Any) -> tuple[float, float]:
+    """``(token_cost, attention_cost)`` as floats: finite, >= 0 and not both 0."""
+    values = []
+    for name, value in (("token_cost", token_cost), ("attention_cost", attention_cost)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ConfigError(f"{name} {value!r} must be a number >= 0")
+        values.append(float(value))
+    if not all(math.isfinite(v) and v >= 0 for v in values) or sum(values) <= 0:
+        raise ConfigError(
+            f"token_cost {token_cost!r} and attention_cost {attention_cost!r} must be "
+            "finite, >= 0 and not both 0"
+        )
+    return values[0], values[1]
 
 
 def rank_times(
@@ -22,6 +39,7 @@ def rank_times(
     attention_cost: float = 1.0 / 4096,
 ) -> list[float]:
     """Modelled time of every rank; ``lengths`` maps an id to its token count."""
+    token_cost, attention_cost = check_costs(token_cost, attention_cost)
     if not schedule:
         return []
     ranks = len(schedule[0])

@@ -59,11 +59,12 @@ class BalancedCPScheduler:
     def __init__(self, max_seq_len_per_rank: int, dp_cp_group: Any) -> None:
         if (
             isinstance(max_seq_len_per_rank, bool)
-            or not isinstance(max_seq_len_per_rank, int)
+            or not isinstance(max_seq_len_per_rank, numbers.Integral)
             or max_seq_len_per_rank < 1
         ):
             raise ConfigError(
-                f"max_seq_len_per_rank must be a positive int, got {max_seq_len_per_rank!r}"
+                f"max_seq_len_per_rank (config.max_seqlen_per_dp_cp_rank) must be a positive "
+                f"int, got {max_seq_len_per_rank!r}"
             )
         total = group_size(dp_cp_group)
         if total < 1 or total & (total - 1):
@@ -72,8 +73,8 @@ class BalancedCPScheduler:
                 f"have 1, 2, 4, ... ranks); dp_cp_group has {total} ranks: change "
                 "data_parallel_size or context_parallel_size"
             )
-        self.max_seq_len_per_rank = max_seq_len_per_rank
-        self.total_hdp_gpus = total
+        self.max_seq_len_per_rank: int = int(max_seq_len_per_rank)
+        self.total_hdp_gpus: int = total
 
     def gpus_needed(self, seq_len: int) -> int:
         """Ranks a sequence of ``seq_len`` tokens needs: a power of two, at least 1."""

@@ -10,6 +10,7 @@ padding mask to every stage, as Megatron-LM does.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator
 from typing import Any, Optional, cast
 
@@ -30,6 +31,8 @@ BatchTuple = tuple[
     PackedSeqParams,
     torch.Tensor,
 ]
+STEP = "get_batch_on_this_rank_for_sequence_packing"
+"""How errors name this function's broadcasts."""
 EXPECTED = {
     "tokens": torch.int64,
     "position_ids": torch.int64,
@@ -90,6 +93,20 @@ def _max_seqlen(value: Any, device: torch.device) -> torch.Tensor:
     return value
 
 
+def _check_stage(vpp_size: Any, vp_stage: Any) -> None:
+    """ConfigError unless ``vpp_size`` is None or an int >= 1 and ``vp_stage`` fits it."""
+    for name, value, low in (("vpp_size", vpp_size, 1), ("vp_stage", vp_stage, 0)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low
+        ):
+            raise ConfigError(f"{name} must be None or an int >= {low}, got {value!r}")
+    if vp_stage is not None and vp_stage >= (vpp_size or 1):
+        raise ConfigError(
+            f"vp_stage {vp_stage} is not a stage of vpp_size {vpp_size}: use 0 to "
+            f"{(vpp_size or 1) - 1}"
+        )
+
+
 def get_batch_on_this_rank_for_sequence_packing(
     data_iterator: Optional[Iterator[Any]],
     vpp_size: Optional[int] = None,
@@ -101,6 +118,7 @@ def get_batch_on_this_rank_for_sequence_packing(
 ) -> BatchTuple:
     """Return ``(tokens, labels, loss_mask, None, position_ids, packed_seq_params,
     padding_mask)`` for this rank, Megatron's 7-tuple (each tensor ``[1, T / cp]``)."""
+    _check_stage(vpp_size, vp_stage)
     groups = require_groups(pg_collection, ("tp", "pp", "cp"))
     tp_group, pp_group, cp_group = groups["tp"], groups["pp"], groups["cp"]
     dev = resolve_device(device, tp_group)
@@ -122,7 +140,12 @@ def get_batch_on_this_rank_for_sequence_packing(
     elif data_iterator is not None:
         raise ConfigError("only TP rank 0 reads data; pass data_iterator=None on other TP ranks")
     shapes = [batch["cu_seqlens"].numel(), batch["padding_mask"].numel()] if first_tp else [0, 0]
-    n_bounds, total = (int(v) for v in broadcast_scalars(shapes, tp_group, dev, torch.int32))
+    n_bounds, total = (
+        int(v)
+        for v in broadcast_scalars(
+            shapes, tp_group, dev, f"{STEP}: broadcast of the shapes over the TP group", torch.int32
+        )
+    )
     out = {
         "tokens": _shaped(batch, "tokens", first or mtp_on_this_rank, first_tp, total, dev),
         "position_ids": _shaped(
@@ -139,8 +162,14 @@ def get_batch_on_this_rank_for_sequence_packing(
         bounds = torch.empty(n_bounds, dtype=torch.int32, device=dev)
         padded = torch.empty(n_bounds, dtype=torch.int32, device=dev)
         max_seqlen = torch.empty(1, dtype=torch.int32, device=dev)
-    for tensor in (*out.values(), bounds, padded, max_seqlen):
-        broadcast(tensor, tp_group)
+    for name, tensor in (
+        *out.items(),
+        ("cu_seqlens", bounds),
+        ("cu_seqlens_padded", padded),
+        ("max_seqlen", max_seqlen),
+    ):  # right after the shapes: every TP rank is there
+        step = f"{STEP}: broadcast of {name!r} over the TP group"
+        broadcast(tensor, tp_group, step, roll_call=False)
     longest = int(max_seqlen.item())
     params = PackedSeqParams(
         qkv_format="thd",

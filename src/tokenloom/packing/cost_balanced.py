@@ -20,12 +20,15 @@ unchanged (``config.sequence_packing_scheduler = "cost_balanced"``).
 from __future__ import annotations
 
 import heapq
+import math
+import numbers
 from collections.abc import Sequence
 from typing import Any, Optional
 
 import numpy
 
 from tokenloom.errors import ConfigError, PackingError
+from tokenloom.packing.balance import check_costs
 from tokenloom.packing.schedulers import BasePackingScheduler, Schedule, check_lengths
 
 DEFAULT_TOKEN_COST = 1.0
@@ -34,13 +37,28 @@ DEFAULT_ATTENTION_COST = 1.0 / 4096
 
 def model_costs(num_layers: int, hidden_size: int, num_parameters: float) -> tuple[float, float]:
     """``(token_cost, attention_cost)`` of a GPT model, in training FLOPs (fwd + bwd, causal)."""
-    if num_layers < 1 or hidden_size < 1 or num_parameters <= 0:
-        raise ConfigError("num_layers, hidden_size and num_parameters must be positive")
-    return 6.0 * float(num_parameters), 6.0 * num_layers * hidden_size
+    for name, value in (("num_layers", num_layers), ("hidden_size", hidden_size)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ConfigError(f"{name} must be a positive int, got {value!r}")
+    if (
+        isinstance(num_parameters, bool)
+        or not isinstance(num_parameters, numbers.Real)
+        or not math.isfinite(num_parameters)
+        or num_parameters <= 0
+    ):
+        raise ConfigError(f"num_parameters must be a finite number > 0, got {num_parameters!r}")
+    return 6.0 * float(num_parameters), 6.0 * int(num_layers) * int(hidden_size)
 
 
 class CostBalancedScheduler(BasePackingScheduler):
-    """Packing scheduler that balances tokens + attention cost over DP x CP ranks."""
+    """Packing scheduler that balances tokens + attention cost over DP x CP ranks.
+
+    The first four arguments are :class:`BasePackingScheduler`'s (positive ints;
+    ``microbatch_group_size_per_vp_stage`` may be None).  ``token_cost`` and
+    ``attention_cost`` are finite, >= 0 and not both 0 (:func:`model_costs` gives a
+    model's); ``max_rounds`` (an int >= 0) bounds the swap/move rounds of step 3, 0
+    skipping them.  Anything else is a ConfigError.
+    """
 
     def __init__(
         self,
@@ -56,13 +74,16 @@ class CostBalancedScheduler(BasePackingScheduler):
         super().__init__(
             max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage
         )
-        if token_cost < 0 or attention_cost < 0 or token_cost + attention_cost <= 0:
+        self.token_cost, self.attention_cost = check_costs(token_cost, attention_cost)
+        if (
+            isinstance(max_rounds, bool)
+            or not isinstance(max_rounds, numbers.Integral)
+            or max_rounds < 0
+        ):
             raise ConfigError(
-                f"token_cost {token_cost} and attention_cost {attention_cost} "
-                "must be >= 0 and not both 0"
+                f"max_rounds must be an int >= 0 (0: no improvement rounds), got {max_rounds!r}"
             )
-        self.token_cost, self.attention_cost = float(token_cost), float(attention_cost)
-        self.max_rounds = max_rounds
+        self.max_rounds: int = int(max_rounds)
 
     def sequence_cost(self, lengths: numpy.ndarray) -> numpy.ndarray:
         """Modelled time of each sequence on one DP rank (all its CP ranks together)."""

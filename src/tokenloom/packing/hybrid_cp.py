@@ -85,6 +85,8 @@ class HybridCPDataLoaderWrapper:
         self.cp_balancing_scheduler = BalancedCPScheduler(limit, self.dp_cp_group)
         self.total_hdp_gpus = group_size(self.dp_cp_group)
         self.device = resolve_device(device, self.dp_cp_group)
+        self.batches = 0
+        """Batches handed out so far (errors of a collective name the batch)."""
 
     def __iter__(self) -> HybridCPDataLoaderWrapper:
         return self
@@ -99,7 +101,9 @@ class HybridCPDataLoaderWrapper:
                 f"packed samples, got {type(batch).__name__}"
             )
         pieces = split_packed(list(batch))
-        lengths, offsets = gather_lengths([n for n, _ in pieces], self.dp_group, self.device)
+        self.batches += 1
+        step = f"HybridCPDataLoaderWrapper, batch {self.batches}"
+        lengths, offsets = gather_lengths([n for n, _ in pieces], self.dp_group, self.device, step)
         global_id_seqlens = [(gid, n) for gid, n in enumerate(lengths)]
         _, sample_id_groups = self.cp_balancing_scheduler.get_groups_and_subsamples(
             global_id_seqlens, self.config
@@ -108,5 +112,5 @@ class HybridCPDataLoaderWrapper:
         first = offsets[route.my_dp]
         local = {first + i: piece for i, (_, piece) in enumerate(pieces)}
         dtypes = {k: v.dtype for k, v in batch[0].items() if k not in DROPPED_KEYS}
-        samples = reroute(local, lengths, route, self.dp_cp_group, self.device, dtypes)
+        samples = reroute(local, lengths, route, self.dp_cp_group, self.device, dtypes, step)
         return samples, sample_id_groups

@@ -30,7 +30,16 @@ def _positive(name: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ConfigError(f"{name} must be a positive int, got {value!r}")
+        raise ConfigError(
+            f"{name} must be a positive int{' or None' if allow_none else ''}, got {value!r}"
+        )
+
+
+def read_vpp(config: Any) -> Optional[int]:
+    """``config.virtual_pipeline_model_parallel_size``: None or an int >= 1 (1: no VPP)."""
+    vpp = read_attribute(config, "virtual_pipeline_model_parallel_size", None)
+    _positive("config.virtual_pipeline_model_parallel_size", vpp, allow_none=True)
+    return None if vpp is None else int(vpp)
 
 
 def check_lengths(sample_id_seqlens: Sequence[tuple[Any, int]], cap: int, what: str) -> None:
@@ -52,7 +61,13 @@ def check_lengths(sample_id_seqlens: Sequence[tuple[Any, int]], cap: int, what: 
 
 
 class BasePackingScheduler:
-    """Base of the packing schedulers: the constructor, required keys and ``run()``."""
+    """Base of the packing schedulers: the constructor, required keys and ``run()``.
+
+    ``max_seqlen_per_dp_cp_rank``, ``cp_size`` and ``dp_size`` are ints >= 1 (numpy
+    ints too); ``microbatch_group_size_per_vp_stage`` is None (no VPP) or an int >= 1.
+    A huge ``max_seqlen_per_dp_cp_rank`` means no limit; 0, negative, NaN, floats and
+    bools are refused with a ConfigError naming the field.
+    """
 
     def __init__(
         self,
@@ -116,7 +131,7 @@ class BasePackingScheduler:
         Returns ``(new_data_iterator, num_micro_batches, seqlen_sum, seqlen_squared_sum)``.
         """
         device = torch.device(dev) if dev is not None else torch.device("cpu")
-        vpp = read_attribute(config, "virtual_pipeline_model_parallel_size", None)
+        vpp = read_vpp(config)
         data_iterator = self._stage_iterator(data_iterator, vpp, pp_group, tp_group)
         samples: Optional[list[steps.Sample]] = None
         scalars: list[Any] = [None, None, None]
@@ -132,7 +147,10 @@ class BasePackingScheduler:
                     "data iterator (it got None)"
                 )
         scalars = broadcast_scalars(
-            scalars if group_rank(tp_group) == 0 else [0, 0, 0], tp_group, device
+            scalars if group_rank(tp_group) == 0 else [0, 0, 0],
+            tp_group,
+            device,
+            f"{steps.STEP}: broadcast of the microbatch count and sums over the TP group",
         )
         count = int(scalars[0])
         iterators = steps.make_iterators(
@@ -189,6 +207,7 @@ class BasePackingScheduler:
             dp_cp_group,
             device,
             steps.DTYPES,
+            steps.STEP,
             one_element_keys=steps.LENGTH_KEYS,
         )
         me = route.me

@@ -9,7 +9,12 @@ from tokenloom.errors import ConfigError
 from tokenloom.packing._comm import resolve_device
 from tokenloom.packing.cost_balanced import CostBalancedScheduler
 from tokenloom.packing.groups import group_size, require_groups
-from tokenloom.packing.schedulers import BasePackingScheduler, DpBalancedScheduler, RunResult
+from tokenloom.packing.schedulers import (
+    BasePackingScheduler,
+    DpBalancedScheduler,
+    RunResult,
+    read_vpp,
+)
 
 SCHEDULERS: dict[str, type[BasePackingScheduler]] = {
     "dp_balanced": DpBalancedScheduler,
@@ -26,7 +31,7 @@ def make_scheduler(config: Any, cp_size: int, dp_size: int) -> BasePackingSchedu
     limit = read_attribute(config, "max_seqlen_per_dp_cp_rank", None)
     if limit is None:
         raise ConfigError("config.max_seqlen_per_dp_cp_rank is required for sequence packing")
-    vpp = read_attribute(config, "virtual_pipeline_model_parallel_size", None)
+    vpp = read_vpp(config)
     group = (
         None if vpp is None else read_attribute(config, "microbatch_group_size_per_vp_stage", None)
     )
