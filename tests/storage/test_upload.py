@@ -72,3 +72,21 @@ def test_uploaded_pair_reads_back_through_indexed_dataset(s3, tmp_path):
     remote = IndexedDataset(target, mmap=False, object_storage_config=storage_config(tmp_path))
     for i, tokens in enumerate(expected):
         numpy.testing.assert_array_equal(remote[i], tokens)
+
+
+@pytest.mark.parametrize("scheme", ["s3", "msc"])
+def test_preprocess_to_a_bucket_leaves_only_the_pair_and_its_sidecar(s3, tmp_path, scheme):
+    from tests.storage.storage_helpers import MSC_PROFILE
+
+    from tokenloom.preprocess import preprocess
+
+    (tmp_path / "in.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(9)))
+    root = f"s3://{BUCKET}" if scheme == "s3" else f"msc://{MSC_PROFILE}"
+    with staged_output(f"{root}/out/only-{scheme}/web") as local:
+        preprocess(str(tmp_path / "in.jsonl"), local, "bytes", show_progress=False)
+        staged = sorted(os.listdir(os.path.dirname(local)))
+    listed = s3.client().list_objects_v2(Bucket=BUCKET, Prefix=f"out/only-{scheme}/")
+    names = sorted(item["Key"].rsplit("/", 1)[-1] for item in listed.get("Contents", []))
+    published = [f"web_text_document{ext}" for ext in (".bin", ".idx", ".json")]
+    assert staged == published  # the local publish left no lock file or journal
+    assert names == published  # and no lock object reached the bucket

@@ -44,11 +44,15 @@ class ReadStats:
     """Blocks fetched by read-ahead."""
 
 
-def aligned_block(offset: int, nbytes: int, chunk: int, object_size: int) -> tuple[int, int]:
+def aligned_block(
+    offset: int, nbytes: int, chunk: int, object_size: Optional[int]
+) -> tuple[int, int]:
     """``[start, stop)`` fetched for a miss at ``[offset, offset + nbytes)``: Megatron's
-    ``[offset // chunk * chunk, max(start + chunk, offset + nbytes))``, clipped to the object."""
+    ``[offset // chunk * chunk, max(start + chunk, offset + nbytes))``, clipped to the object
+    (when its size is known)."""
     start = offset // chunk * chunk
-    return start, min(max(start + chunk, offset + nbytes), object_size)
+    stop = max(start + chunk, offset + nbytes)
+    return start, stop if object_size is None else min(stop, object_size)
 
 
 class ObjectBinReader:
@@ -58,8 +62,10 @@ class ObjectBinReader:
         self.path = url
         self.config: ObjectStorageConfig = coerce_config(config)
         self._remote = remote if remote is not None else open_object(parse_url(url), self.config)
-        info = self._remote.head()  # a missing .bin fails here, naming the URL
-        self._size, self._etag = info.size, info.etag
+        info = self._remote.describe()  # a missing .bin fails here, naming the URL
+        # None: an MSC client without info(); reads then learn the end from short answers
+        self._size = None if info is None else info.size
+        self._etag = "" if info is None else info.etag
         self._block = self.config.bin_chunk_nbytes
         self._capacity = self.config.max_cached_chunks + self.config.read_ahead_chunks
         self.stats = ReadStats()
@@ -74,8 +80,9 @@ class ObjectBinReader:
         self._pid = os.getpid()
 
     @property
-    def size(self) -> int:
-        """Size of the object in bytes (from the HEAD at open)."""
+    def size(self) -> Optional[int]:
+        """Size of the object in bytes (from the HEAD at open; None when the storage
+        client cannot tell it without a full read)."""
         return self._size
 
     @property
@@ -91,7 +98,7 @@ class ObjectBinReader:
         """``count`` items of ``dtype`` at byte ``offset`` (a fresh, writable array)."""
         dtype = numpy.dtype(dtype)
         nbytes = count * dtype.itemsize
-        if offset < 0 or count < 0 or offset + nbytes > self._size:
+        if offset < 0 or count < 0 or (self._size is not None and offset + nbytes > self._size):
             raise FormatError(
                 f"{self.path}: cannot read {count} tokens ({nbytes} bytes) at byte offset "
                 f"{offset} of a {self._size}-byte object; the .bin is truncated or does not "
@@ -126,12 +133,20 @@ class ObjectBinReader:
             if base + len(data) >= end:
                 return data, base
         data = self._fetch(base, stop)
+        if base + len(data) < end:  # only where the size is unknown: the object ends early
+            raise FormatError(
+                f"{self.path}: cannot read bytes {start}-{end - 1}: the object ends at byte "
+                f"{base + len(data)}; the .bin is truncated or does not belong to this .idx"
+            )
         with self._lock:
             self._store(base, data)
         return data, base
 
     def _fetch(self, base: int, stop: int) -> bytes:
-        data = self._remote.read_range(base, stop, self._etag or None)
+        if self._size is None:  # the end of the object shows as a short answer
+            data = self._remote.read_range(base, stop, None, allow_short=True)
+        else:  # (RemoteObject subclasses written before allow_short still work)
+            data = self._remote.read_range(base, stop, self._etag or None)
         with self._lock:
             self.stats.requests += 1
             self.stats.bytes_fetched += len(data)
@@ -148,8 +163,8 @@ class ObjectBinReader:
         ``read_ahead_chunks`` blocks (random access never triggers it)."""
         moved_on = block == self._last_block + 1
         self._last_block = block
-        if not self.config.read_ahead_chunks or not moved_on:
-            return
+        if not self.config.read_ahead_chunks or not moved_on or self._size is None:
+            return  # (without a known size, read-ahead could ask beyond the end)
         for ahead in range(block + 1, block + 1 + self.config.read_ahead_chunks):
             base = ahead * self._block
             if base >= self._size or base in self._blocks or base in self._pending:

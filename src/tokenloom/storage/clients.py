@@ -1,10 +1,14 @@
 """Lazily created, per-process object-storage clients.
 
-A boto3 client is made on first use, shared by every reader of the process with the
-same (endpoint, region, profile, timeouts), and made again in a child process: the
-pool is emptied after ``fork`` (``os.register_at_fork``) and also checks the pid, so
-DataLoader workers never share a connection pool with their parent.  The pool is
-bounded and :func:`clear_clients` empties it.
+A boto3 client is made on first use with the module-level ``boto3.client`` (as
+megatron-core does, so code that patches ``boto3.client`` is honoured; only a named
+``profile_name`` needs a ``boto3.session.Session`` of its own), shared by every reader
+of the process with the same (endpoint, region, profile, timeouts), and made again in
+a child process: the pool is emptied after ``fork`` (``os.register_at_fork``) and also
+checks the pid, so DataLoader workers never share a connection pool with their parent.
+The pool is bounded and :func:`clear_clients` empties it.  boto3's default session
+keeps the credentials it first found, so when the ``AWS_*`` environment changes, a
+default session this pool made is made again (one the user made is left alone).
 
 The endpoint comes from ``ObjectStorageConfig.endpoint_url`` when set, else from the
 environment (``AWS_ENDPOINT_URL``, ``AWS_ENDPOINT_URL_S3``, ...) as boto3 does; MSC
@@ -17,7 +21,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, Optional
 
 from tokenloom.errors import ConfigError
 from tokenloom.storage.config import ObjectStorageConfig
@@ -58,6 +62,8 @@ def import_msc() -> Any:
 
 
 def _new_s3_client(config: ObjectStorageConfig) -> Any:
+    """A client from the module-level ``boto3.client`` (so code that patches it, as
+    megatron-core's tests do, is honoured); a named profile needs a session of its own."""
     boto3, botocore_config = _import_boto3()
     retry = config.retry
     settings = botocore_config.Config(
@@ -66,10 +72,32 @@ def _new_s3_client(config: ObjectStorageConfig) -> Any:
         read_timeout=retry.read_timeout_s,
         max_pool_connections=32,
     )
-    session = boto3.session.Session(profile_name=config.profile_name)
-    return session.client(
-        "s3", endpoint_url=config.endpoint_url, region_name=config.region_name, config=settings
-    )
+    options: dict[str, Any] = {"config": settings}
+    if config.endpoint_url is not None:
+        options["endpoint_url"] = config.endpoint_url
+    if config.region_name is not None:
+        options["region_name"] = config.region_name
+    if config.profile_name is not None:
+        return boto3.session.Session(profile_name=config.profile_name).client("s3", **options)
+    return boto3.client("s3", **options)
+
+
+def _follow_environment(made: Optional[tuple[Any, tuple]], environment: tuple) -> Any:
+    """Make boto3's default session, which ``boto3.client`` uses and which keeps the
+    credentials it first found, follow the ``AWS_*`` environment: one that this pool
+    made under other settings is made again; one the user made is left alone.
+
+    ``made`` is ``(weak reference to the session, environment)`` of the last one this
+    pool made; returns the new value of it."""
+    import weakref
+
+    boto3, _ = _import_boto3()
+    session = boto3.DEFAULT_SESSION
+    ours = made is not None and session is not None and made[0]() is session
+    if session is None or (ours and made is not None and made[1] != environment):
+        boto3.setup_default_session()
+        return weakref.ref(boto3.DEFAULT_SESSION), environment
+    return made if ours else None
 
 
 class ClientPool:
@@ -80,6 +108,8 @@ class ClientPool:
         self._clients: OrderedDict[Hashable, Any] = OrderedDict()
         self._pid = os.getpid()
         self._lock = threading.Lock()
+        self._creating = threading.Lock()
+        self._default_session: Optional[tuple[Any, tuple]] = None
 
     def s3(self, config: ObjectStorageConfig) -> Any:
         """The boto3 S3 client for ``config``'s endpoint, region, profile and timeouts."""
@@ -101,7 +131,10 @@ class ClientPool:
             if client is not None:
                 self._clients.move_to_end(key)
                 return client
-        client = _new_s3_client(config)  # outside the lock: it takes tens of ms
+        with self._creating:  # outside the pool's lock (tens of ms); boto3 sessions
+            if config.profile_name is None:  # are not safe to share between threads
+                self._default_session = _follow_environment(self._default_session, environment)
+            client = _new_s3_client(config)
         with self._lock:
             client = self._clients.setdefault(key, client)
             while len(self._clients) > self.max_clients:
@@ -114,8 +147,10 @@ class ClientPool:
             self._clients.clear()
 
     def reset_after_fork(self) -> None:
-        """In a child process: drop the parent's clients and lock."""
+        """In a child process: drop the parent's clients and locks (boto3's default
+        session is inherited: it holds no connections, only settings and credentials)."""
         self._lock = threading.Lock()
+        self._creating = threading.Lock()
         self._clients = OrderedDict()
         self._pid = os.getpid()
 

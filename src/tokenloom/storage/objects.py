@@ -32,9 +32,19 @@ class RemoteObject(ABC):
     def head(self) -> ObjectInfo:
         """Size and ETag (ObjectNotFoundError when missing)."""
 
+    def describe(self) -> Optional[ObjectInfo]:
+        """Size and ETag where the backend tells them without a full read (a HEAD), else
+        None once the object is known to exist; ObjectNotFoundError when it is missing."""
+        return self.head()
+
     @abstractmethod
-    def read_range(self, start: int, end: int, etag: Optional[str] = None) -> bytes:
-        """Bytes ``[start, end)``; ``b""`` for an empty range, without a request."""
+    def read_range(
+        self, start: int, end: int, etag: Optional[str] = None, allow_short: bool = False
+    ) -> bytes:
+        """Bytes ``[start, end)``; ``b""`` for an empty range, without a request.
+
+        ``allow_short``: the caller does not know the object's size, so fewer bytes mean
+        that the object ends there (rather than a truncated answer to retry)."""
 
     @abstractmethod
     def download(self, local_path: str) -> ObjectInfo:

@@ -123,8 +123,11 @@ class S3Object(RemoteObject):
         )
         return ObjectInfo(int(answer["ContentLength"]), str(answer.get("ETag", "")))
 
-    def read_range(self, start: int, end: int, etag: Optional[str] = None) -> bytes:
-        """Bytes ``[start, end)`` in one ranged GET (``If-Match: etag`` when given)."""
+    def read_range(
+        self, start: int, end: int, etag: Optional[str] = None, allow_short: bool = False
+    ) -> bytes:
+        """Bytes ``[start, end)`` in one ranged GET (``If-Match: etag`` when given); the
+        answer is checked against its ``Content-Length``, so ``allow_short`` changes nothing."""
         if end <= start:
             return b""
 

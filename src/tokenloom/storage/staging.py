@@ -3,9 +3,11 @@
 :func:`staged_output` hands out a local prefix in a fresh staging folder (under
 ``$TOKENLOOM_STAGING_DIR``, else the system temporary folder).  The writer finalizes
 its pairs there atomically; only when the block exits without an error is every pair
-uploaded (each ``.bin`` before its ``.idx``; S3 and MSC show an object only once its
-upload completed, so no partial object is ever visible).  The folder is removed in
-every case.  For a local prefix it hands out the prefix itself and does nothing else.
+uploaded (each ``.bin`` before its ``.idx``, then the sidecars; S3 and MSC show an
+object only once its upload completed, so no partial object is ever visible).  Only
+the pairs, their sidecars and other visible files are uploaded: a finished publish
+leaves no lock or journal behind, and hidden bookkeeping is never uploaded, so the
+bucket holds nothing else.  The folder is removed in every case.  For a local prefix it hands out the prefix itself and does nothing else.
 """
 
 from __future__ import annotations
@@ -46,18 +48,30 @@ def staged_output(output_prefix: str, config: Any = None) -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _uploaded_files(entries: list[str], pairs: list[str]) -> list[str]:
+    """The files of the staging folder to upload besides the pairs: each pair's sidecars
+    (``PAIR.json``, ...) and any other visible file.  Hidden bookkeeping (a publish lock
+    or journal, ``.NAME.*.tmp`` temporaries) never becomes an object."""
+    done = {p + suffix for p in pairs for suffix in (".bin", ".idx")}
+    return [
+        entry
+        for entry in entries
+        if entry not in done
+        and (not entry.startswith(".") or any(entry.startswith(p + ".") for p in pairs))
+    ]
+
+
 def _upload_folder(folder: str, remote_dir: str, config: Any) -> None:
-    """Every pair of ``folder`` (``.bin`` first, ``.idx`` last), then the other files
-    (provenance sidecars), to ``remote_dir``."""
+    """Every pair of ``folder`` (``.bin`` first, ``.idx`` last), then its sidecars and
+    the other visible files, to ``remote_dir``."""
     entries = sorted(os.listdir(folder))
     pairs = [entry[:-4] for entry in entries if entry.endswith(".idx")]
     for local_name in pairs:
         upload_dataset(os.path.join(folder, local_name), remote_dir + local_name, config)
-    done = {p + suffix for p in pairs for suffix in (".bin", ".idx")}
     storage_config = config_or_default(config)
-    for entry in entries:
+    for entry in _uploaded_files(entries, pairs):
         path = os.path.join(folder, entry)
-        if entry not in done and os.path.isfile(path):
+        if os.path.isfile(path):
             open_object(parse_url(remote_dir + entry), storage_config).upload(path)
     logger.info("uploaded %d dataset(s) to %s", len(pairs), remote_dir)
 
