@@ -12,25 +12,51 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Optional, cast
 
 from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 
 
 class SuggestingParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose unknown flags get "did you mean --the-flag?"."""
+    """An ``ArgumentParser`` whose unknown flags get "did you mean --the-flag?".
+
+    Made with :func:`suggesting`, which may also give the command's accepted forms
+    (named in every such error) and a ``check`` of the parsed arguments: a message it
+    returns is a usage error (exit 2), like a missing required argument.
+    """
+
+    accepted_forms: str = ""
+    check: Optional[Callable[[argparse.Namespace], Optional[str]]] = None
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         parsed, extras = super().parse_known_args(args, namespace)
+        forms = f"; accepted forms: {self.accepted_forms}" if self.accepted_forms else ""
         for extra in extras:
             if extra.startswith("-"):
                 flag = extra.split("=", 1)[0]
                 known = [name for name in self._option_string_actions if name.startswith("--")]
                 close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
                 hint = f"; did you mean {close[0]}?" if close else "; see --help"
-                self.error(f"unrecognized argument {flag}{hint}")
+                self.error(f"unrecognized argument {flag}{hint}{forms}")
+        problem = self.check(parsed) if self.check is not None else None
+        if problem:
+            self.error(f"{problem}{forms}")
         return parsed, extras
+
+
+def suggesting(
+    parser: argparse.ArgumentParser,
+    forms: str = "",
+    check: Optional[Callable[[argparse.Namespace], Optional[str]]] = None,
+) -> SuggestingParser:
+    """Turn a subcommand's parser into a :class:`SuggestingParser` (in place)."""
+    parser.__class__ = SuggestingParser
+    suggesting_parser = cast(SuggestingParser, parser)
+    suggesting_parser.accepted_forms = forms
+    suggesting_parser.check = check
+    return suggesting_parser
 
 
 def add_megatron_flags(parser: argparse.ArgumentParser) -> None:
@@ -277,6 +303,7 @@ def settings_line(tokenizer: Any, policy: Any, args: argparse.Namespace) -> str:
 
 __all__ = [
     "SuggestingParser",
+    "suggesting",
     "add_megatron_flags",
     "add_sentence_flags",
     "tokenizer_from_args",
