@@ -15,11 +15,21 @@ from tokenloom.format import IndexedDatasetBuilder
 EOD = 2
 
 
-def write_corpus(prefix: Path, documents: int, seed: int, vocab: int = 500) -> str:
-    """A real ``.bin``/``.idx`` pair of ``documents`` documents ending in EOD."""
+def write_corpus(
+    prefix: Path, documents: int, seed: int, vocab: int = 500, token_seed: Optional[int] = None
+) -> str:
+    """A real ``.bin``/``.idx`` pair of ``documents`` documents ending in EOD.
+
+    The document lengths depend on ``seed`` alone; ``token_seed`` (default: the same
+    stream) draws other tokens into documents of the same lengths, so the ``.idx`` is
+    byte-identical and the ``.bin`` has the same size.
+    """
     rng = numpy.random.default_rng(seed)
+    lengths = rng.integers(3, 90, documents)
+    if token_seed is not None:
+        rng = numpy.random.default_rng(token_seed)
     builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=numpy.uint16)
-    for length in rng.integers(3, 90, documents):
+    for length in lengths:
         tokens = rng.integers(3, vocab, length)
         tokens[-1] = EOD
         builder.add_item(tokens)

@@ -178,3 +178,17 @@ def test_random_seed_dataset_epoch_reaches_workers() -> None:
         for index, row in zip(order[step], tokens):
             torch.manual_seed(index + 100 + epoch)
             assert row == torch.randint(0, 1000, (4,)).tolist()
+
+
+@pytest.mark.parametrize("kind", ["single", "single-hybrid"])
+def test_a_state_after_the_last_partial_batch_loads_at_the_end(kind: str) -> None:
+    """drop_last=False: the partial batch hands out fewer than a step; consumed_samples
+    stops at len(dataset) and the state loads (it used to overshoot and be refused)."""
+    data = IndexDataset(30)
+    count = len(take(iter(make(data, kind, drop_last=False)), 20))
+    first = make(data, kind, drop_last=False)
+    head = take(iter(first), count)  # the last one is partial; the pass has not ended yet
+    assert first.consumed_samples == 30 and len(head[-1]) < len(head[0])
+    second = make(data, kind, drop_last=False)
+    second.load_state_dict(first.state_dict())
+    assert second.consumed_samples == 30 and list(second) == []

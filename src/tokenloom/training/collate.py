@@ -21,9 +21,17 @@ import numpy
 import torch
 
 from tokenloom.attributes import has_attribute, read_attribute
+from tokenloom.errors import ConfigError
 from tokenloom.training.samplers import RandomSeedDataset
 
-__all__ = ["BATCH_DTYPES", "BatchFetcher", "BufferPool", "collate_batch", "cu_seqlens"]
+__all__ = [
+    "BATCH_DTYPES",
+    "BatchFetcher",
+    "BufferPool",
+    "collate_batch",
+    "cu_seqlens",
+    "make_fetcher",
+]
 
 BATCH_DTYPES: dict[str, torch.dtype] = {
     "tokens": torch.int64,
@@ -231,6 +239,44 @@ class BatchFetcher(torch.utils.data.Dataset):
         if not self.per_sample:
             return batch
         return [{name: value[row] for name, value in batch.items()} for row in range(len(indices))]
+
+
+def _resolve_attention(dataset: Any, create_attention_mask: Optional[bool]) -> str:
+    config = read_attribute(dataset, "config", None)
+    if create_attention_mask is None:
+        create_attention_mask = bool(read_attribute(config, "create_attention_mask", False))
+    if not create_attention_mask:
+        return "none"
+    return "per_sample" if read_attribute(config, "reset_attention_mask", False) else "causal"
+
+
+def _eod(dataset: Any) -> Optional[int]:
+    tokenizer = read_attribute(read_attribute(dataset, "config", None), "tokenizer", None)
+    eod = read_attribute(tokenizer, "eod", None)
+    return None if eod is None else int(eod)
+
+
+def make_fetcher(
+    dataset: Any,
+    *,
+    create_attention_mask: Optional[bool],
+    return_cu_seqlens: bool,
+    pin: bool,
+    per_sample: bool,
+) -> BatchFetcher:
+    """The loader's fetcher: the attention mask as asked (None: the dataset config's) and
+    ``cu_seqlens`` cut at the config's ``tokenizer.eod`` (ConfigError without one)."""
+    fetcher = BatchFetcher(
+        dataset,
+        attention_mask=_resolve_attention(dataset, create_attention_mask),
+        with_cu_seqlens=return_cu_seqlens,
+        eod=_eod(dataset),
+        pin=pin,
+        per_sample=per_sample,
+    )
+    if return_cu_seqlens and fetcher.eod is None:
+        raise ConfigError("return_cu_seqlens=True needs the dataset's config.tokenizer.eod")
+    return fetcher
 
 
 def no_collate(item: Any) -> Any:

@@ -9,6 +9,7 @@ yields exactly the batches the saved one would have yielded next.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
@@ -16,7 +17,9 @@ import torch
 
 from tokenloom.attributes import has_attribute, read_attribute
 from tokenloom.errors import ConfigError
-from tokenloom.training.collate import BatchFetcher, collate_batch, no_collate
+from tokenloom.training.checks import describe, flag, optional_flag
+from tokenloom.training.collate import BatchFetcher, collate_batch, make_fetcher, no_collate
+from tokenloom.training.options import check_options, loader_kwargs
 from tokenloom.training.samplers import (
     ElasticPretrainingSampler,
     HybridCPMegatronPretrainingSampler,
@@ -65,21 +68,6 @@ class _Requests:
             yield read_attribute(self.sampler, "epoch", 0), indices
 
 
-def _resolve_attention(dataset: Any, create_attention_mask: Optional[bool]) -> str:
-    config = read_attribute(dataset, "config", None)
-    if create_attention_mask is None:
-        create_attention_mask = bool(read_attribute(config, "create_attention_mask", False))
-    if not create_attention_mask:
-        return "none"
-    return "per_sample" if read_attribute(config, "reset_attention_mask", False) else "causal"
-
-
-def _eod(dataset: Any) -> Optional[int]:
-    tokenizer = read_attribute(read_attribute(dataset, "config", None), "tokenizer", None)
-    eod = read_attribute(tokenizer, "eod", None)
-    return None if eod is None else int(eod)
-
-
 class PretrainingDataLoader:
     """Megatron's pretraining loader (a torch DataLoader inside) with exact resume.
 
@@ -104,6 +92,7 @@ class PretrainingDataLoader:
         self._pass_batches = 0
         self._generation = 0
         self._warmed = False
+        self._fingerprint: Optional[dict[str, Any]] = None
         self.batch_sampler = self._make_sampler(consumed_samples)  # validates the arguments
         self._requests = _Requests(self.batch_sampler, 0)
         self.fetcher = fetcher
@@ -185,6 +174,8 @@ class PretrainingDataLoader:
                 empty = False
                 self._pass_batches += 1
                 self._consumed += step
+                if single:  # a last partial batch hands out fewer than a step
+                    self._consumed = min(self._consumed, len(self.dataset))
                 yield batch
             if single:
                 self._consumed = max(self._consumed, len(self.dataset))
@@ -230,15 +221,23 @@ class PretrainingDataLoader:
 
     # -- state -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """What resuming needs; safe to call while an iterator (with workers) is live."""
+        """What resuming needs; safe to call while an iterator (with workers) is live.
+
+        Only the cyclic kind needs the pass fields (its sampler restarts at the pass
+        start and skips); the others record ``pass_start_consumed=consumed_samples``,
+        ``pass_batches=0``.
+        """
         o = self.options
+        cyclic = o["dataloader_type"] == "cyclic"
+        if self._fingerprint is None:  # the files as opened: fixed for the dataset's life
+            self._fingerprint = dataset_fingerprint(self.dataset)
         return {
             "format": STATE_FORMAT,
             "dataloader_type": o["dataloader_type"],
             "sampler": type(self.batch_sampler).__name__,
             "consumed_samples": self._consumed,
-            "pass_start_consumed": self._pass_start,
-            "pass_batches": self._pass_batches,
+            "pass_start_consumed": self._pass_start if cyclic else self._consumed,
+            "pass_batches": self._pass_batches if cyclic else 0,
             "micro_batch_size": o["micro_batch_size"],
             "global_batch_size": o["global_batch_size"],
             "data_parallel_size": o["data_parallel_size"],
@@ -246,33 +245,25 @@ class PretrainingDataLoader:
             "data_sharding": o["data_sharding"],
             "drop_last": o["drop_last"],
             "seed": o["seed"],
-            "dataset": dataset_fingerprint(self.dataset),
+            "dataset": copy.deepcopy(self._fingerprint),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], allow_data_change: bool = False) -> None:
         """Continue from ``state`` (saved by a loader built with the same arguments).
 
-        ConfigError when it does not fit: another dataset or blend, other sampler
-        arguments, a consumed count past the end, or another data-parallel layout
-        (allowed only with ``dataloader_type="elastic"``).
+        The whole state is validated first. ConfigError when it does not fit: a field of
+        the wrong type or range (named by its path), another dataset or blend, other
+        sampler arguments, a consumed count past the end, another data-parallel layout
+        (allowed only with ``dataloader_type="elastic"``), or data files whose identity
+        changed since the state was saved (a ``.bin``/``.idx`` pair regenerated or
+        replaced, even with the same lengths). ``allow_data_change=True`` accepts a
+        deliberate change of the files (and states saved before tokenloom recorded them)
+        with a logged warning; every other check still runs.
         """
+        allow = flag("allow_data_change", allow_data_change)
         kind = self.options["dataloader_type"]
-        check_state(state, self.state_dict(), kind == "elastic")
-        consumed = state["consumed_samples"]
-        pass_start, pass_batches = state.get("pass_start_consumed"), state.get("pass_batches")
-        if kind != "cyclic":  # these samplers are a function of consumed_samples alone
-            pass_start, pass_batches = consumed, 0
-        if (
-            not isinstance(pass_start, int)
-            or not isinstance(pass_batches, int)
-            or pass_batches < 0
-            or pass_start + pass_batches * self._step() != consumed
-        ):
-            raise ConfigError(
-                f"loader state is inconsistent: pass_start_consumed={pass_start} "
-                f"+ pass_batches={pass_batches} * {self._step()} != "
-                f"consumed_samples={consumed}"
-            )
+        saved = check_state(state, self.state_dict(), kind == "elastic", allow)
+        consumed, pass_start, pass_batches = self._resume_point(saved)
         if kind == "single" and consumed > len(self.dataset):
             raise ConfigError(
                 f"loader state consumed_samples={consumed} is past the end of "
@@ -283,38 +274,26 @@ class PretrainingDataLoader:
         self._consumed, self._pass_start, self._pass_batches = consumed, pass_start, pass_batches
         self._generation += 1
 
-
-def _loader_kwargs(
-    num_workers: int,
-    pin_memory: Optional[bool],
-    persistent_workers: Optional[bool],
-    multiprocessing_context: Optional[str],
-    prefetch_factor: Optional[int],
-    timeout: float,
-    worker_init_fn: Optional[Callable[[int], None]],
-) -> dict[str, Any]:
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-        raise ConfigError(f"num_workers must be an integer >= 0, got {num_workers!r}")
-    if multiprocessing_context not in (None, "fork", "spawn", "forkserver"):
-        raise ConfigError(
-            f"multiprocessing_context must be 'fork', 'spawn', 'forkserver' or "
-            f"None, got {multiprocessing_context!r}"
-        )
-    kwargs: dict[str, Any] = {
-        "num_workers": num_workers,
-        "pin_memory": torch.cuda.is_available() if pin_memory is None else bool(pin_memory),
-        "persistent_workers": (
-            num_workers > 0
-            if persistent_workers is None
-            else bool(persistent_workers) and num_workers > 0
-        ),
-        "timeout": timeout,
-        "worker_init_fn": worker_init_fn,
-    }
-    if num_workers > 0:
-        kwargs["multiprocessing_context"] = multiprocessing_context
-        kwargs["prefetch_factor"] = prefetch_factor
-    return kwargs
+    def _resume_point(self, saved: dict[str, Any]) -> tuple[int, int, int]:
+        """``(consumed, pass_start, pass_batches)`` of a checked state, or ConfigError
+        when its fields disagree."""
+        consumed = saved["consumed_samples"]
+        pass_start, pass_batches = saved["pass_start_consumed"], saved["pass_batches"]
+        if self.options["dataloader_type"] != "cyclic":  # a function of consumed alone
+            if saved["format"] == STATE_FORMAT and (pass_start, pass_batches) != (consumed, 0):
+                raise ConfigError(
+                    f"loader state is inconsistent: pass_start_consumed={pass_start} and "
+                    f"pass_batches={pass_batches} must be consumed_samples={consumed} and 0 "
+                    f"for dataloader_type={self.options['dataloader_type']!r}"
+                )
+            return consumed, consumed, 0
+        if pass_start + pass_batches * self._step() != consumed:
+            raise ConfigError(
+                f"loader state is inconsistent: pass_start_consumed={pass_start} "
+                f"+ pass_batches={pass_batches} * {self._step()} != "
+                f"consumed_samples={consumed}"
+            )
+        return consumed, pass_start, pass_batches
 
 
 def _is_full_validation(dataset: Any, full_validation: bool) -> bool:
@@ -362,28 +341,30 @@ def build_pretraining_data_loader(
     """
     if dataset is None:
         return None
-    if dataloader_type not in DATALOADER_TYPES:
+    if not isinstance(dataloader_type, str) or dataloader_type not in DATALOADER_TYPES:
         raise ConfigError(
-            f"dataloader_type must be one of {DATALOADER_TYPES}, got {dataloader_type!r}"
+            f"dataloader_type must be one of {DATALOADER_TYPES}, got {describe(dataloader_type)}"
         )
     if dataloader_type == "external":
         return dataset
-    if _is_full_validation(dataset, full_validation):
-        dataloader_type, consumed_samples, hybrid_context_parallel = "single", 0, False
-    if hybrid_context_parallel and global_batch_size is None:
-        raise ConfigError("hybrid_context_parallel=True needs global_batch_size")
-    options = {
+    options: dict[str, Any] = {
         "dataloader_type": dataloader_type,
         "micro_batch_size": micro_batch_size,
         "global_batch_size": global_batch_size,
         "data_parallel_rank": data_parallel_rank,
         "data_parallel_size": data_parallel_size,
-        "data_sharding": bool(data_sharding),
-        "drop_last": bool(drop_last),
+        "data_sharding": data_sharding,
+        "drop_last": drop_last,
         "seed": seed,
-        "hybrid_context_parallel": bool(hybrid_context_parallel),
+        "hybrid_context_parallel": hybrid_context_parallel,
     }
-    kwargs = _loader_kwargs(
+    consumed_samples = check_options(options, consumed_samples)
+    if _is_full_validation(dataset, flag("full_validation", full_validation)):
+        options.update(dataloader_type="single", hybrid_context_parallel=False)
+        consumed_samples = 0
+    if options["hybrid_context_parallel"] and global_batch_size is None:
+        raise ConfigError("hybrid_context_parallel=True needs global_batch_size")
+    kwargs = loader_kwargs(
         num_workers,
         pin_memory,
         persistent_workers,
@@ -392,14 +373,16 @@ def build_pretraining_data_loader(
         timeout,
         worker_init_fn,
     )
-    fetcher = BatchFetcher(
+    return PretrainingDataLoader(
         dataset,
-        attention_mask=_resolve_attention(dataset, create_attention_mask),
-        with_cu_seqlens=return_cu_seqlens,
-        eod=_eod(dataset),
-        pin=kwargs["pin_memory"] and torch.cuda.is_available(),
-        per_sample=bool(hybrid_context_parallel),
+        consumed_samples,
+        options,
+        kwargs,
+        make_fetcher(
+            dataset,
+            create_attention_mask=optional_flag("create_attention_mask", create_attention_mask),
+            return_cu_seqlens=flag("return_cu_seqlens", return_cu_seqlens),
+            pin=kwargs["pin_memory"] and torch.cuda.is_available(),
+            per_sample=options["hybrid_context_parallel"],
+        ),
     )
-    if return_cu_seqlens and fetcher.eod is None:
-        raise ConfigError("return_cu_seqlens=True needs the dataset's config.tokenizer.eod")
-    return PretrainingDataLoader(dataset, consumed_samples, options, kwargs, fetcher)

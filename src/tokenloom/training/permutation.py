@@ -63,6 +63,18 @@ def _check(n: int, dtype: object) -> numpy.dtype:
     return kind
 
 
+def _allocate(n: int, kind: numpy.dtype, identity: bool) -> numpy.ndarray:
+    """``arange(n)`` (or an empty array) of ``kind``; ConfigError naming the size when
+    it cannot be allocated (a sample count far beyond memory)."""
+    try:
+        return numpy.arange(n, dtype=kind) if identity else numpy.empty(n, dtype=kind)
+    except (MemoryError, ValueError) as error:
+        raise ConfigError(
+            f"randperm n={n}: the permutation needs {n * kind.itemsize / 2**30:.1f} GiB, "
+            f"which cannot be allocated here ({error}); use fewer samples"
+        ) from None
+
+
 def randperm(n: int, seed: int, dtype: object = numpy.int64) -> numpy.ndarray:
     """``torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()``."""
     kind = _check(n, dtype)
@@ -71,13 +83,13 @@ def randperm(n: int, seed: int, dtype: object = numpy.int64) -> numpy.ndarray:
         return reference_randperm(n, seed, kind)
     generator = _generator(seed)
     if n < SMALL_N_LIMIT:
-        result = numpy.arange(n, dtype=kind)
+        result = _allocate(n, kind, identity=True)
         start = 0
         for draws in _blocks(generator, max(n - 1, 0)):
             kernel.swap_block(result, draws, start, n)
             start += draws.shape[0]
         return result
-    result = numpy.empty(n, dtype=kind)
+    result = _allocate(n, kind, identity=False)
     start = 0
     for draws in _blocks(generator, 2 * n):  # _BLOCK is even: pairs never straddle blocks
         kernel.inside_out_block(result, draws, start)

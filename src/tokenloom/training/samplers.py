@@ -26,6 +26,7 @@ from typing import Any, Optional
 import numpy
 
 from tokenloom.errors import ConfigError
+from tokenloom.training.checks import INT64_MAX, describe, integer, is_integer
 from tokenloom.training.permutation import randperm
 
 __all__ = [
@@ -39,11 +40,8 @@ __all__ = [
 
 
 def _integer(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)):
-        raise ConfigError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
+    """An integer count in ``[minimum, 2**63)`` (see :mod:`tokenloom.training.checks`)."""
+    return integer(name, value, minimum)
 
 
 def _check_ranks(rank: Any, size: Any) -> tuple[int, int]:
@@ -65,6 +63,12 @@ def _check_total(total: Any) -> int:
             "(check the split and num_samples)"
         )
     return total
+
+
+def _slice(begin: int, stop: int, start: int, end: int) -> list[int]:
+    """``list(range(begin, stop))[start:end]`` for ``0 <= start <= end``, in O(end - start)."""
+    length = stop - begin
+    return list(range(begin + min(start, length), begin + min(end, length)))
 
 
 class MegatronPretrainingSampler:
@@ -105,18 +109,19 @@ class MegatronPretrainingSampler:
     def _step(self) -> int:
         return self.micro_batch_times_data_parallel_size
 
-    def _take(self, batch: list[int]) -> list[int]:
+    def _take(self, begin: int, stop: int) -> list[int]:
+        """This rank's part of the batch ``range(begin, stop)`` (without building it)."""
         start, end = self.get_start_end_idx()
-        return batch[start:end]
+        return _slice(begin, stop, start, end)
 
     def __iter__(self) -> Iterator[list[int]]:
         step = self._step()
         first = self.consumed_samples
         full_end = first + (self.total_samples - first) // step * step
         for begin in range(first, full_end, step):
-            yield self._take(list(range(begin, begin + step)))
+            yield self._take(begin, begin + step)
         if full_end < self.total_samples and not self.drop_last:
-            yield self._take(list(range(full_end, self.total_samples)))
+            yield self._take(full_end, self.total_samples)
 
 
 class HybridCPMegatronPretrainingSampler(MegatronPretrainingSampler):
@@ -156,9 +161,11 @@ class HybridCPMegatronPretrainingSampler(MegatronPretrainingSampler):
     def _step(self) -> int:
         return self.micro_batch_times_data_parallel_size * self.num_micro_batches
 
-    def _take(self, batch: list[int]) -> list[int]:
+    def _take(self, begin: int, stop: int) -> list[int]:
         starts, ends = self.get_start_end_idx_global_batch()
-        return [index for start, end in zip(starts, ends) for index in batch[start:end]]
+        return [
+            index for start, end in zip(starts, ends) for index in _slice(begin, stop, start, end)
+        ]
 
     def __iter__(self) -> Iterator[list[int]]:
         if self._step() == 0:  # Megatron: the batch never reaches length 0, nothing full
@@ -174,10 +181,17 @@ class RandomSeedDataset:
     Megatron sets the epoch on the main process's copy only, so DataLoader workers keep
     epoch 0 forever.  tokenloom's loader sends the epoch with every batch request and
     calls :meth:`set_epoch` in the worker before fetching (see ``docs/training.md``).
+
+    ``seed`` is any integer: torch gets ``s mod 2**64`` and numpy ``s mod 2**32`` of the
+    sample's seed ``s`` (``random`` gets ``s`` itself), which are the seeds Megatron's
+    wrapper gives wherever it runs (torch wraps negative seeds the same way; numpy and
+    torch refuse the others).
     """
 
     def __init__(self, dataset: Any, seed: int) -> None:
-        self.base_seed = _integer("seed", seed, -(2**63))
+        if not is_integer(seed):
+            raise ConfigError(f"RandomSeedDataset seed must be an integer, got {describe(seed)}")
+        self.base_seed = int(seed)
         self.curr_seed = self.base_seed
         self.dataset = dataset
 
@@ -185,17 +199,17 @@ class RandomSeedDataset:
         return len(self.dataset)
 
     def set_epoch(self, epoch: int) -> None:
-        """Use seed ``base_seed + epoch`` from now on."""
-        self.curr_seed = self.base_seed + int(epoch)
+        """Use seed ``base_seed + epoch`` from now on (``epoch`` an integer >= 0)."""
+        self.curr_seed = self.base_seed + integer("epoch", epoch, 0)
 
     def __getitem__(self, idx: int) -> Any:
-        seed = int(idx) + self.curr_seed
+        seed = integer("sample index", idx, -INT64_MAX - 1) + self.curr_seed
         try:
             import torch
         except ModuleNotFoundError:
             torch = None  # type: ignore[assignment]
         if torch is not None:
-            torch.manual_seed(seed)
+            torch.manual_seed(seed % 2**64)
         random.seed(seed)
         numpy.random.seed(seed % 2**32)
         return self.dataset[idx]
