@@ -36,11 +36,14 @@ from typing import Any, Optional
 import numpy
 
 from tokenloom.attributes import read_attribute
-from tokenloom.errors import ConfigError, FormatError
+from tokenloom.errors import ConfigError, FormatError, UntrustedFileError
 from tokenloom.format.spec import get_bin_path, get_idx_path, read_index_header
+from tokenloom.untrusted_json import read_json_file
 
 FORMAT = "tokenloom-provenance/1"
 SUFFIX = ".json"
+MAX_SIDECAR_BYTES = 256 * 1024 * 1024
+"""The largest sidecar read (a merge of ~a million inputs); a larger one is refused."""
 # identity keys that are settings of one vocabulary, not a different vocabulary
 _SETTING_KEYS = ("add_special_tokens", "add_bos")
 _NOT_COMPARED = ("files",) + _SETTING_KEYS
@@ -271,18 +274,17 @@ def preprocess_sidecars(
 def read_sidecar(prefix: str) -> Optional[dict[str, Any]]:
     """The sidecar of ``prefix``, or None when there is none (a Megatron-built pair).
 
-    Raises FormatError naming the file when one exists but is not a tokenloom sidecar."""
+    Raises FormatError naming the file when one exists but is not a tokenloom sidecar
+    (not JSON, larger than :data:`MAX_SIDECAR_BYTES`, nested too deeply, not a regular
+    file: read by :mod:`tokenloom.untrusted_json`)."""
     path = sidecar_path(prefix)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        record = read_json_file(path, what="provenance sidecar", max_bytes=MAX_SIDECAR_BYTES)
     except FileNotFoundError:
         return None
-    try:
-        record = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
+    except UntrustedFileError as error:  # not JSON, too large, too deep, not a regular file
         raise FormatError(
-            f"{path}: provenance sidecar is not valid JSON ({error}); delete it "
+            f"{path}: provenance sidecar {error.problem}; delete it "
             "(the .bin/.idx do not need it) or rewrite the dataset"
         ) from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:

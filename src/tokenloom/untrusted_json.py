@@ -43,8 +43,9 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 128
 
 _READ_CHUNK = 1 << 20
-_QUOTE = ord('"')
-_OPEN_ARRAY, _OPEN_OBJECT, _CLOSE_ARRAY, _CLOSE_OBJECT = (ord(c) for c in "[{]}")
+_QUOTE, _OPEN, _CLOSE = (ord(c) for c in '"[]')
+_AS_ARRAYS = bytes.maketrans(b"{}", b"[]")
+_NOT_STRUCTURE = bytes(byte for byte in range(256) if byte not in b'"[]{}')
 _DEPTH_CHUNK = 1 << 22
 
 JsonHook = Callable[[list[tuple[str, Any]]], Any]
@@ -71,14 +72,16 @@ def nesting_depth(data: Union[str, bytes]) -> int:
         return 0
     if b"\\" in raw:  # drop escaped backslashes, then escaped quotes, as JSON pairs them
         raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    # only quotes and brackets shape the nesting: keep those ({} as []), in C
+    structure = raw.translate(_AS_ARRAYS, _NOT_STRUCTURE)
     quotes_before = depth = deepest = 0  # carried from chunk to chunk
-    for start in range(0, len(raw), _DEPTH_CHUNK):
-        size = min(_DEPTH_CHUNK, len(raw) - start)
-        chunk = np.frombuffer(raw, dtype=np.uint8, count=size, offset=start)
+    for start in range(0, len(structure), _DEPTH_CHUNK):
+        size = min(_DEPTH_CHUNK, len(structure) - start)
+        chunk = np.frombuffer(structure, dtype=np.uint8, count=size, offset=start)
         quotes = (chunk == _QUOTE).view(np.uint8)
         outside = np.bitwise_xor.accumulate(quotes) == (quotes_before & 1)
-        opens = ((chunk == _OPEN_ARRAY) | (chunk == _OPEN_OBJECT)) & outside
-        closes = ((chunk == _CLOSE_ARRAY) | (chunk == _CLOSE_OBJECT)) & outside
+        opens = (chunk == _OPEN) & outside
+        closes = (chunk == _CLOSE) & outside
         sums = np.cumsum(opens.view(np.int8) - closes.view(np.int8), dtype=np.int32)
         deepest = max(deepest, depth + int(sums.max()))
         depth += int(sums[-1])
@@ -220,9 +223,42 @@ def read_json_file(
     )
 
 
+def check_nesting(
+    value: object,
+    *,
+    source: str,
+    what: str,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_values: int = 1_000_000,
+    hint: str = "",
+) -> None:
+    """Refuse a value parsed by another parser (YAML) that nests deeper than
+    ``max_depth``, refers to itself (YAML anchors can), or holds more than ``max_values``
+    values counting repeats (an alias bomb). Walks without recursion."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    seen = 0
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if seen > max_values:
+            problem = f"holds more than {max_values} values (counting repeated aliases)"
+            raise _fail(source, what, problem, hint)
+        if isinstance(item, dict):
+            children: Any = [*item.keys(), *item.values()]
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            children = item
+        else:
+            continue
+        if depth + 1 > max_depth:
+            problem = f"nests more than {max_depth} levels deep (or refers to itself)"
+            raise _fail(source, what, problem, hint)
+        stack.extend((child, depth + 1) for child in children)
+
+
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_DEPTH",
+    "check_nesting",
     "nesting_depth",
     "loads_json",
     "read_bounded",

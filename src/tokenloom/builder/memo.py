@@ -23,9 +23,10 @@ What is recorded, and why reusing it is safe:
   shapes the indices, so the length is a function of the stem and never goes stale.
 
 The file starts with a line ``tokenloom-startup-memo/2 <md5 of the rest>``; a memo that
-is truncated, edited or unreadable is ignored with a warning and rewritten, never
-used. Writes are atomic (temporary file, then rename). Everything here is an
-optimisation: with no memo, or a miss, datasets are opened and keyed in full.
+is truncated, edited, unreadable, too large or too deeply nested
+(:mod:`tokenloom.untrusted_json`) is ignored with a warning and rewritten, never used.
+Writes are atomic (temporary file, then rename). Everything here is an optimisation:
+with no memo, or a miss, datasets are opened and keyed in full.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ from collections.abc import Iterable
 from typing import Optional
 
 from tokenloom.atomic import atomic_write_bytes
+from tokenloom.errors import UntrustedFileError
 from tokenloom.format.identity import DIGEST_NAME, stat_key
 from tokenloom.format.lazy import PairFacts
+from tokenloom.untrusted_json import loads_json, read_bounded
 
 __all__ = ["MEMO_FORMAT", "RACY_WINDOW_NS", "StartupMemo", "memo_path", "recordable"]
 
@@ -51,6 +54,8 @@ MEMO_FORMAT = "tokenloom-startup-memo/2"
 RACY_WINDOW_NS = 2_000_000_000
 """Files modified this recently (ns) are not recorded: their stat may not yet be unique."""
 Row = list[object]
+MAX_MEMO_BYTES = 256 * 1024 * 1024
+"""A longer memo (several million prefixes) is ignored: read bounded, like every file."""
 
 
 def memo_path(path_to_cache: str, class_name: str, prefixes: Iterable[str]) -> str:
@@ -132,15 +137,18 @@ class StartupMemo:
         """The memo at ``path``; empty when absent, and (with a warning) when corrupt."""
         memo = cls(path, absolute)
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
+            data = read_bounded(path, what="start-up memo", max_bytes=MAX_MEMO_BYTES)
         except FileNotFoundError:
             return memo
         except OSError as error:
             logger.warning("start-up memo %s is unreadable (%s); ignoring it", path, error)
             return memo
+        except UntrustedFileError as error:  # not a regular file, or too large
+            logger.warning("start-up memo %s is unusable (%s); ignoring it", path, error)
+            memo._dirty = True
+            return memo
         try:
-            memo._files, memo._lengths = _parse(data)
+            memo._files, memo._lengths = _parse(data, path)
         except (ValueError, KeyError, TypeError) as error:
             logger.warning(
                 "start-up memo %s is corrupt (%s); ignoring it, it will be rewritten", path, error
@@ -208,14 +216,14 @@ class StartupMemo:
             )
 
 
-def _parse(data: bytes) -> tuple[dict[str, Row], dict[str, int]]:
+def _parse(data: bytes, path: str) -> tuple[dict[str, Row], dict[str, int]]:
     head, _, body = data.partition(b"\n")
     fields = head.decode("ascii").split(" ")
     if len(fields) != 2 or fields[0] != MEMO_FORMAT:
         raise ValueError(f"first line is not '{MEMO_FORMAT} <md5>'")
     if hashlib.md5(body, usedforsecurity=False).hexdigest() != fields[1]:
         raise ValueError("checksum mismatch (truncated or edited)")
-    record = json.loads(body)
+    record = loads_json(body, source=path, what="start-up memo", max_bytes=MAX_MEMO_BYTES)
     files, lengths = record["files"], record["lengths"]
     if (
         not isinstance(files, dict)

@@ -15,7 +15,8 @@ endian)::
     file size     data start + "data_bytes" (the end of the last array) from the header;
                   a truncated or extended file is corrupt
 
-Reading checks the magic, the header CRC, every array's dtype/shape/extent and the
+Reading checks the magic, the header CRC, the header's size and nesting
+(:mod:`tokenloom.untrusted_json`), every array's dtype/shape/extent and the
 file size, and the array CRC32s when asked (``verify="checksum"``); any mismatch is
 :class:`Corrupt`. Arrays are memory-mapped with no file descriptor kept open
 (:func:`tokenloom.format._mapping.map_readonly`). :func:`read_entry` also checks the
@@ -38,6 +39,7 @@ import numpy
 from tokenloom.atomic import atomic_open
 from tokenloom.cache.keys import CacheKey, describe, description_hash
 from tokenloom.format._mapping import map_readonly
+from tokenloom.untrusted_json import loads_json
 
 __all__ = [
     "CACHE_FORMAT",
@@ -55,6 +57,8 @@ __all__ = [
 CACHE_FORMAT = "tokenloom-index-cache/3"
 
 MAGIC = b"TLIDXC03"
+MAX_HEADER_BYTES = 256 * 1024 * 1024
+"""The longest header read: a blend of many thousands of datasets stays far below."""
 _PREFIX = struct.Struct("<8sQII")
 _ALIGN = 64
 
@@ -181,11 +185,14 @@ def read_record(
         size = os.fstat(handle.fileno()).st_size
     if length > size:
         raise Corrupt(f"{path}: header length {length} exceeds the file size {size}")
+    if length > MAX_HEADER_BYTES:
+        raise Corrupt(f"{path}: header length {length} exceeds the limit {MAX_HEADER_BYTES}")
     header = handle.read(length)
     if len(header) != length or zlib.crc32(header) != crc:
         raise Corrupt(f"{path}: the header fails its CRC32 (truncated or edited)")
     try:
-        record = json.loads(header)
+        # bounded in depth: a crafted header with a valid CRC is damaged, not a crash
+        record = loads_json(header, source=path, what="index cache entry header")
         start = _aligned(_PREFIX.size + length)
         expected = start + int(record["data_bytes"])
         if not isinstance(record, dict):

@@ -42,12 +42,14 @@ import struct
 import threading
 import time
 import zlib
+from stat import S_ISREG
 from types import TracebackType
 from typing import IO, Optional
 
 from tokenloom.atomic import atomic_open
 from tokenloom.errors import CacheError
 from tokenloom.process_caches import ABSOLUTE_PATHS, PACK_LISTINGS
+from tokenloom.untrusted_json import loads_json
 
 __all__ = [
     "PACK_DIR",
@@ -76,6 +78,7 @@ _MAGIC = b"TLIDXP01"
 _PREFIX = struct.Struct("<8sQII")
 _ALIGN = 64
 _RACY_NS = 2_000_000_000  # a listing this close to the directory's mtime may miss a file
+_MAX_TABLE_BYTES = 256 * 1024 * 1024  # millions of entries; a longer table is damage
 
 Where = tuple[str, int, int]
 """``(pack path, offset, length)`` of one entry."""
@@ -337,13 +340,18 @@ def _table(listing: PackListing, path: str) -> Optional[tuple[StatKey, dict[str,
     """``(stat key, {stem: (offset, length)})`` of the pack at ``path``; None when it is
     gone or unusable (an unusable pack is warned about once while it is unchanged)."""
     try:
-        with open(path, "rb") as handle:
+        # O_NONBLOCK: a FIFO planted in packs/ must not block the open
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+        with os.fdopen(os.open(path, flags), "rb") as handle:
             stat = os.fstat(handle.fileno())
             key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
             known = listing.tables.get(path)
             if known is not None and known[0] == key:
                 return None if known[1] is None else (key, known[1])
-            entries, why = read_table(handle, stat.st_size)
+            if S_ISREG(stat.st_mode):
+                entries, why = read_table(handle, stat.st_size)
+            else:
+                entries, why = None, "it is not a regular file"
     except FileNotFoundError:
         return None
     except OSError as error:
@@ -366,10 +374,13 @@ def read_table(handle: IO[bytes], size: int) -> tuple[Optional[dict[str, tuple[i
     read = handle.read
     try:
         magic, length, crc, _ = _PREFIX.unpack(read(_PREFIX.size))
+        if length > _MAX_TABLE_BYTES:
+            return None, f"its table length {length} exceeds the limit {_MAX_TABLE_BYTES}"
         text = read(length) if magic == _MAGIC and length <= size else b""
         if len(text) != length or zlib.crc32(text) != crc:
             return None, "its table fails its CRC32"
-        record = json.loads(text)
+        # bounded in depth: a crafted table with a valid CRC is damaged, not a crash
+        record = loads_json(text, source="the table", what="index cache pack", max_depth=8)
         start = _aligned(_PREFIX.size + length)
         body = int(record["body_bytes"])
         if record.get("format") != PACK_FORMAT or start + body != size:

@@ -128,13 +128,13 @@ def _print_corpora(corpora) -> None:
 
 
 def _training_texts(corpora, limit_bytes: float):
-    import json
+    from tokenloom.untrusted_json import loads_json
 
     size = 0
     for path in (corpora.code_path, corpora.docs_path):
         with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                text = json.loads(line)["text"]
+            for number, line in enumerate(handle, 1):
+                text = loads_json(line, source=f"{path}:{number}", what="demo corpus line")["text"]
                 yield text
                 size += len(text)
                 if size >= limit_bytes / 2 and path == corpora.code_path:

@@ -10,13 +10,12 @@ cache ready (and can then use ``fast_cache_load``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from tokenloom.attributes import read_attribute
-from tokenloom.errors import ConfigError
+from tokenloom.errors import ConfigError, UntrustedFileError
 
 _DESCRIPTION = """\
 Build every index cache (GPT document/sample/shuffle indices and blending indices)
@@ -160,32 +159,44 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def load_settings_file(path: str) -> dict[str, Any]:
-    """Read a JSON or YAML config into a dict with canonical keys."""
+    """Read a JSON or YAML config into a dict with canonical keys (bounded in size and
+    nesting by :mod:`tokenloom.untrusted_json`; a pipe such as ``/dev/stdin`` is fine)."""
+    from tokenloom.untrusted_json import check_nesting, loads_json, read_bounded
+
+    is_yaml = path.endswith((".yaml", ".yml"))
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as error:
+        raw = read_bounded(path, what="--config file", allow_stream=True)
+        if is_yaml:
+            data = _load_yaml(path, raw)
+            check_nesting(data, source=path, what="--config file")
+        else:
+            data = loads_json(raw, source=path, what="--config file")
+    except OSError as error:
         raise ConfigError(f"--config {path}: cannot read it ({error})") from None
-    if path.endswith((".yaml", ".yml")):
-        try:
-            import yaml
-        except ImportError:
-            raise ConfigError(
-                f"--config {path}: reading YAML needs PyYAML "
-                f"(pip install pyyaml), or write the config as JSON"
-            ) from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise ConfigError(f"--config {path}: invalid YAML ({error})") from None
-    else:
-        try:
-            data = json.loads(text)
-        except ValueError as error:
-            raise ConfigError(f"--config {path}: invalid JSON ({error})") from None
+    except UntrustedFileError as error:
+        kind = "YAML" if is_yaml else "JSON"
+        raise ConfigError(f"--config {path}: invalid {kind}: the file {error.problem}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a mapping of setting names to values")
     return canonical_settings(data, source=f"--config {path}")
+
+
+def _load_yaml(path: str, raw: bytes) -> Any:
+    try:
+        import yaml
+    except ImportError:
+        raise ConfigError(
+            f"--config {path}: reading YAML needs PyYAML "
+            f"(pip install pyyaml), or write the config as JSON"
+        ) from None
+    try:
+        return yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"--config {path}: cannot read it ({error})") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"--config {path}: invalid YAML ({error})") from None
+    except RecursionError:  # PyYAML composes nested nodes recursively
+        raise ConfigError(f"--config {path}: YAML nests too deeply") from None
 
 
 def canonical_settings(data: dict[str, Any], source: str) -> dict[str, Any]:

@@ -11,13 +11,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Optional, Union, cast
 
 from tokenloom.datasets.split import Split, normalize
-from tokenloom.errors import ConfigError
+from tokenloom.errors import ConfigError, UntrustedFileError
+from tokenloom.untrusted_json import read_json_file
 
 __all__ = [
     "Split",
@@ -105,13 +105,20 @@ def get_blend_per_split_from_file(path: Union[str, os.PathLike]) -> list[Optiona
     return get_blend_per_split_from_dict(data, source=str(path))
 
 
+_MAX_JSON_BYTES = 256 << 20  # a sequences-per-dataset file of a million prefixes
+
+
 def _read_json(path: Union[str, os.PathLike]) -> object:
+    """The JSON file at ``path``, read bounded in size and depth (a ConfigError else)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+        return read_json_file(
+            path, what="JSON file", max_bytes=_MAX_JSON_BYTES, max_depth=32, allow_stream=True
+        )
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
-    except (OSError, ValueError) as error:
+    except UntrustedFileError as error:
+        raise ConfigError(f"{path}: cannot read it as JSON (the file {error.problem})") from None
+    except OSError as error:
         raise ConfigError(f"{path}: cannot read it as JSON ({error})") from None
 
 

@@ -86,6 +86,7 @@ from tokenloom.format.publish_locks import (
     acquire_directory,
     release,
 )
+from tokenloom.untrusted_json import read_json_file
 
 LOCK_NAME = ".tokenloom-publish.lock"
 _JOURNAL_SUFFIX = ".publish-journal"
@@ -175,8 +176,8 @@ def _replacing(prefix: str, deadline: Deadline) -> Iterator[bool]:
 def _read_journal(path: str) -> list[tuple[str, str]]:
     folder = os.path.dirname(path)
     try:
-        with open(path, "rb") as handle:
-            record = json.loads(handle.read().decode("utf-8"))
+        # bounded: a journal too large, too deep or not a regular file is unreadable
+        record = read_json_file(path, what="publish journal", max_bytes=1 << 20, max_depth=8)
         if record.get("format") != _JOURNAL_FORMAT:
             raise ValueError(f"format {record.get('format')!r}")
         return [

@@ -94,6 +94,8 @@ Splitter = Optional[Callable[[str], list[str]]]
 def _preview(value: Any, limit: int = 60) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False)
+    except RecursionError:  # parsed near the recursion limit: too deep to show
+        return f"(a {type(value).__name__} nested too deeply to show)"
     except (TypeError, ValueError):
         text = repr(value)
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -5,7 +5,8 @@
 does.  Next to it ``key.idx.etag.json`` records the object's ETag and size; a later
 open sends one HEAD and reuses the copy when both match (Megatron downloads it on
 every construction).  Both files are written atomically, so a crash leaves the old
-copy or the new one, and a stale or half-written record only causes a new download.
+copy or the new one, and a stale, half-written or crafted record (too large, too deep,
+a symlink to a device: :mod:`tokenloom.untrusted_json`) only causes a new download.
 
 :func:`fetch_indices_on_rank0_then_others` does the download under
 ``torch.distributed``: rank 0 first, then one download per node whose cache rank 0's
@@ -27,10 +28,12 @@ from tokenloom.storage.config import ObjectStorageConfig, coerce_config
 from tokenloom.storage.objects import ObjectInfo
 from tokenloom.storage.open import open_object
 from tokenloom.storage.urls import parse_url
+from tokenloom.untrusted_json import read_json_file
 
 logger = logging.getLogger("tokenloom.storage")
 
 _RECORD_SUFFIX = ".etag.json"
+_MAX_RECORD_BYTES = 64 * 1024  # {"etag": ..., "size": ...} is under 200 bytes
 
 
 def index_cache_path(idx_url: str, path_to_idx_cache: str) -> str:
@@ -42,11 +45,14 @@ def index_cache_path(idx_url: str, path_to_idx_cache: str) -> str:
 
 
 def _read_record(local: str) -> Optional[dict[str, Any]]:
+    """The ETag record of ``local``; None when missing or unusable (too large, too deep,
+    not a regular file, not JSON): the ``.idx`` is then downloaded again."""
     try:
-        with open(local + _RECORD_SUFFIX, "rb") as handle:
-            record = json.loads(handle.read())
+        record = read_json_file(
+            local + _RECORD_SUFFIX, what="ETag record", max_bytes=_MAX_RECORD_BYTES, max_depth=4
+        )
         return record if isinstance(record, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # UntrustedFileError is a ValueError
         return None
 
 

@@ -17,14 +17,18 @@ arguments, from ``tokenizer_config.json`` beside the file (``eos_token``,
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
 from tokenloom.attributes import read_attribute
-from tokenloom.errors import TokenizerError
+from tokenloom.errors import TokenizerError, UntrustedFileError
 from tokenloom.tokenizers.base import BaseTokenizer, check_model_file, file_sha256, lists_to_flat
+from tokenloom.untrusted_json import read_bounded, read_json_file
+
+MAX_TOKENIZER_BYTES = 1 << 30
+"""The largest ``tokenizer.json`` read (the largest public ones are tens of megabytes)."""
+_MAX_CONFIG_BYTES = 64 << 20  # tokenizer_config.json: chat templates included, kilobytes
 
 EOD_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "<|im_end|>")
 PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>", "<|finetune_right_pad_id|>")
@@ -66,16 +70,19 @@ def _read_config(json_path: str) -> dict:
     if not os.path.isfile(config_path):
         return {}
     try:
-        with open(config_path, encoding="utf-8") as handle:
-            config = json.load(handle)
-    except (OSError, ValueError) as error:
-        raise TokenizerError(f"{config_path}: cannot read tokenizer config: {error}") from error
+        config = read_json_file(config_path, what="tokenizer config", max_bytes=_MAX_CONFIG_BYTES)
+    except (OSError, ValueError) as error:  # UntrustedFileError is a ValueError
+        raise TokenizerError(f"{config_path}: cannot read tokenizer config: {error}") from None
     return config if isinstance(config, dict) else {}
 
 
 def _load_tokenizer_json(tokenizers, json_path: str):
+    try:  # read bounded here: the Rust loader reads any size (its nesting limit is 128)
+        text = read_bounded(json_path, what="tokenizer.json", max_bytes=MAX_TOKENIZER_BYTES)
+    except (OSError, UntrustedFileError) as error:
+        raise TokenizerError(f"{json_path}: cannot read the tokenizer: {error}") from None
     try:
-        return tokenizers.Tokenizer.from_file(json_path)
+        return tokenizers.Tokenizer.from_str(text.decode("utf-8"))
     except Exception as error:  # the Rust loader raises plain Exception
         hint = ""
         if _looks_like_gpt2_vocab(json_path):
@@ -92,9 +99,8 @@ def _load_tokenizer_json(tokenizers, json_path: str):
 
 def _looks_like_gpt2_vocab(path: str) -> bool:
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+        data = read_json_file(path, what="vocab.json", max_bytes=MAX_TOKENIZER_BYTES)
+    except (OSError, ValueError):  # UntrustedFileError is a ValueError: too big or too deep
         return False
     return (
         isinstance(data, dict)

@@ -13,16 +13,17 @@ the ids the file provides.  The end-of-document id is ``</s>`` (2).
 from __future__ import annotations
 
 import base64
-import json
 import os
 from collections.abc import Sequence
 from typing import Optional
 
 from tokenloom.errors import TokenizerError
 from tokenloom.tokenizers.base import BaseTokenizer, check_model_file, file_sha256
+from tokenloom.untrusted_json import read_json_file
 
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<mask>", "<pad>", "<cls>", "<sep>")
 DEFAULT_VOCAB_SIZE = 1 << 17
+_MAX_VOCAB_BYTES = 1 << 30  # a 128k-rank vocabulary is ~15 MB
 PATTERNS = {
     "v1": r"[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
     "v2": (
@@ -35,11 +36,12 @@ PATTERNS = {
 
 def read_rank_list(path: str, count: int, shift: int) -> dict[bytes, int]:
     """The first ``count`` ranks of a Megatron TikTokenizer vocabulary, each plus ``shift``."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            entries = json.load(handle)
+    try:  # UntrustedFileError (a ValueError): too large, too deep, not JSON
+        entries = read_json_file(
+            path, what="TikTokenizer vocabulary", max_bytes=_MAX_VOCAB_BYTES, max_depth=8
+        )
     except (OSError, ValueError) as error:
-        raise TokenizerError(f"{path}: cannot read the TikTokenizer vocabulary: {error}") from error
+        raise TokenizerError(f"{path}: cannot read the TikTokenizer vocabulary: {error}") from None
     if not isinstance(entries, list):
         raise TokenizerError(
             f"{path}: a TikTokenizer vocabulary is a JSON list of "

@@ -13,7 +13,8 @@ It records:
 * ``counts``: the shard's documents, tokens, lines and skipped records, so that the
   summary of a resumed run still adds up.
 
-A shard is reused only when its marker parses, the settings fingerprint is equal, the
+A shard is reused only when its marker parses (read bounded in size and depth by
+:mod:`tokenloom.untrusted_json`), the settings fingerprint is equal, the
 inputs' identities are those of the current plan, and every output file has the
 recorded size and checksum (re-hashed).  Anything else re-runs the shard.
 """
@@ -32,9 +33,11 @@ from tokenloom.atomic import atomic_write_bytes
 from tokenloom.attributes import read_attribute
 from tokenloom.format import get_bin_path, get_idx_path
 from tokenloom.preprocess.ray_engine.plan import Shard
+from tokenloom.untrusted_json import read_json_file
 
 MARKER_FORMAT = "tokenloom-ray-shard/1"
 _HASH_BLOCK = 8 << 20
+_MAX_MARKER_BYTES = 64 << 20  # a marker lists a shard's pieces and files: kilobytes
 
 
 def _hasher() -> tuple:
@@ -173,9 +176,10 @@ def reusable_marker(
     workdir: str, shard: Shard, settings: str, keys: Iterable[str]
 ) -> Optional[dict]:
     """The marker of ``shard`` when its outputs can be reused as they are, else None."""
-    try:
-        with open(marker_path(workdir, shard), "rb") as handle:
-            marker = json.loads(handle.read())
+    try:  # a marker too large, too deep or not a regular file is no marker (UntrustedFileError)
+        marker = read_json_file(
+            marker_path(workdir, shard), what="shard marker", max_bytes=_MAX_MARKER_BYTES
+        )
     except (OSError, ValueError):
         return None
     if not isinstance(marker, dict) or marker.get("format") != MARKER_FORMAT:
