@@ -117,6 +117,7 @@ AREAS = [
     "training/samplers.py",
     "training/state.py",
     "progress.py",
+    "megatron",
 ]
 
 

@@ -34,6 +34,8 @@ __all__ = [
     "SEEDED_STATES",
     "DOCUMENT_DRAWS",
     "SHUFFLE_DRAWS",
+    "ONE_TIME_NOTICES",
+    "FLAVOURED_ERRORS",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -159,5 +161,19 @@ SHUFFLE_DRAWS: BoundedCache[tuple[Any, ...], Any] = _declare(
         "datasets._rng_memo: shuffle-index permutations",
         1024,
         "document draw key + (num_samples, total_size) -> shuffle index of at most 65,536",
+    )
+)
+ONE_TIME_NOTICES: BoundedCache[str, bool] = _declare(
+    BoundedCache(
+        "megatron: notices given once per process",
+        64,
+        "notice name (e.g. 'compile_helpers') -> True once it was logged",
+    )
+)
+FLAVOURED_ERRORS: BoundedCache[type, type] = _declare(
+    BoundedCache(
+        "megatron.errors: flavoured error classes",
+        256,
+        "tokenloom error class -> its subclass that is also an AssertionError",
     )
 )

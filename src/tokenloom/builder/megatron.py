@@ -85,11 +85,13 @@ def _check_sizes(sizes: Any) -> list[Optional[int]]:
     return [None if size is None else int(size) for size in sizes]
 
 
-def _mock_class_if_needed(cls: type, config: Any) -> type:
+def _mock_class_if_needed(cls: type, config: Any, substitutes: Sequence[tuple[type, type]]) -> type:
     """``GPTDataset`` on a config without data means mock data: use ``MockGPTDataset``."""
-    if read_attribute(config, "mock", False) and cls is GPTDataset:
-        logger.info("no blend given: building MockGPTDataset splits (mock data)")
-        return MockGPTDataset
+    if read_attribute(config, "mock", False):
+        for real, mock in substitutes:
+            if cls is real:
+                logger.info("no blend given: building %s splits (mock data)", mock.__name__)
+                return mock
     return cls
 
 
@@ -113,7 +115,15 @@ class BlendedMegatronDatasetBuilder:
         config: the :class:`~tokenloom.datasets.BlendedMegatronDatasetConfig`.
         comm: tokenloom extension: who this process is (rank, world size, node);
             defaults to ``torch.distributed`` and ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``.
+
+    Subclasses (the compat layer's) choose the classes the builder makes itself:
     """
+
+    blended_dataset_class: type = BlendedDataset
+    """The top-level dataset of a blend."""
+
+    mock_substitutes: tuple[tuple[type, type], ...] = ((GPTDataset, MockGPTDataset),)
+    """``(asked, built)``: the class built instead of ``asked`` on a config without data."""
 
     def __init__(
         self,
@@ -124,7 +134,7 @@ class BlendedMegatronDatasetBuilder:
         *,
         comm: Optional[Communicator] = None,
     ) -> None:
-        self.cls: type[Any] = _mock_class_if_needed(cls, config)
+        self.cls: type[Any] = _mock_class_if_needed(cls, config, self.mock_substitutes)
         self.sizes = _check_sizes(sizes)
         self.is_built_on_rank = is_built_on_rank
         self.config = config
@@ -287,7 +297,7 @@ class BlendedMegatronDatasetBuilder:
                 blend_weights = [0 for _ in datasets]
             size_i = None if size is None else min(size, int(sum(blend_weights)))
         built: Optional[BlendedDataset] = self._on_ranks(
-            lambda: BlendedDataset(datasets, blend_weights, size_i, self.config),
+            lambda: self.blended_dataset_class(datasets, blend_weights, size_i, self.config),
             f"the {Split(i).name} BlendedDataset",
         )
         return built
@@ -336,14 +346,40 @@ class BlendedMegatronDatasetBuilder:
         return built if built is not None else [[None] * len(prefixes) for _ in Split]
 
     def _build_megatron_dataset_splits(
-        self, dataset_path: Optional[str], split: list[Optional[tuple]], sizes: list[Optional[int]]
+        self,
+        dataset_path: Optional[str],
+        split: list[Optional[tuple]],
+        sizes: list[Optional[int]],
+        synchronize_ranks: bool = True,
     ) -> list[Optional[Any]]:
-        """Every split's mid-level dataset of one low-level dataset (rank 0 first)."""
+        """Every split's mid-level dataset of one low-level dataset (rank 0 first, unless
+        ``synchronize_ranks`` is False: then every rank builds at once)."""
+        if not synchronize_ranks:
+            if not self.is_built_on_rank():
+                return [None] * len(Split)
+            return self._construct_splits(dataset_path, split, sizes)
         built = self._on_ranks(
             lambda: self._construct_splits(dataset_path, split, sizes),
             f"the {self.cls.__name__} splits of {dataset_path or 'mock data'}",
         )
         return built if built is not None else [None] * len(Split)
+
+    @staticmethod
+    def build_generic_dataset(
+        cls: Union[type, Callable[..., Any]],
+        is_built_on_rank: Callable[[], bool],
+        synchronize_ranks: bool,
+        *args: Any,
+    ) -> Optional[Any]:
+        """megatron-core's: ``cls(*args)`` built on rank 0 first and then on the other ranks
+        where ``is_built_on_rank()`` (None elsewhere); every rank at once without
+        ``synchronize_ranks``. A failure on rank 0 is raised on every rank."""
+        return build_on_rank0_then_load(
+            lambda: cls(*args),
+            is_built_on_rank=is_built_on_rank,
+            synchronize=synchronize_ranks,
+            what=str(read_attribute(cls, "__name__", "a dataset")),
+        )
 
     def _in_threads(self, jobs: list[tuple]) -> list[Any]:
         """``[job[0](*job[1:]) for job in jobs]`` in ``num_dataset_builder_threads`` threads."""

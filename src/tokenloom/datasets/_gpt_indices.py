@@ -20,7 +20,7 @@ from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError, FormatError
 from tokenloom.process_caches import SEEDED_STATES
 
-__all__ = ["EpochPlan", "plan_epochs", "count_samples", "build_indices"]
+__all__ = ["EpochPlan", "plan_epochs", "plan_from_counts", "count_samples", "build_indices"]
 
 SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
 
@@ -108,6 +108,30 @@ def plan_epochs(
             num_samples, tokens, epochs, sequence_length, extra, where
         )
     return EpochPlan(tokens, epochs, separate, sans_final, drop_last_partial_sequence)
+
+
+def plan_from_counts(
+    tokens_per_epoch: int,
+    num_epochs: int,
+    num_samples: Optional[int],
+    sequence_length: int,
+    extra: int,
+    drop_last_partial_sequence: bool,
+    where: str,
+) -> EpochPlan:
+    """The plan from a token and epoch count that a subclass computed itself
+    (``_get_num_tokens_per_epoch`` / ``_get_num_epochs``), with megatron-core's checks."""
+    if tokens_per_epoch <= 0 or num_epochs < 1:
+        raise ConfigError(
+            f"{where}: {tokens_per_epoch} tokens per epoch and {num_epochs} epochs give no "
+            "sample; the subclass's _get_num_tokens_per_epoch/_get_num_epochs must be >= 1"
+        )
+    separate, sans_final = False, 0
+    if num_epochs > 1 and num_samples is not None:
+        separate, sans_final = _separate_final_epoch(
+            num_samples, tokens_per_epoch, num_epochs, sequence_length, extra, where
+        )
+    return EpochPlan(tokens_per_epoch, num_epochs, separate, sans_final, drop_last_partial_sequence)
 
 
 def build_indices(

@@ -282,6 +282,26 @@ class SampleMaker:
             )
         return sample
 
+    def make_from_text(
+        self, text: numpy.ndarray, is_padding_sample: bool
+    ) -> dict[str, numpy.ndarray]:
+        """The sample dict from ``seq + extra`` tokens that a subclass's
+        ``_query_document_sample_shuffle_indices`` returned (megatron-core's
+        ``__getitem__``: every pad id is masked and zeroed, wherever it is). With
+        ``return_cu_seqlens`` the documents are the runs ending at each EOD token."""
+        text = numpy.array(text, dtype=numpy.int64)  # a copy: the fields are written
+        if text.shape != (self.seq + self.extra,):
+            raise ConfigError(
+                f"_query_document_sample_shuffle_indices returned {text.shape[0] if text.ndim else 0}"
+                f" tokens; sequence_length={self.seq} with add_extra_token_to_sequence="
+                f"{bool(self.extra)} needs {self.seq + self.extra}"
+            )
+        parts = None
+        if self.config.return_cu_seqlens:
+            ends = numpy.flatnonzero(text[: self.seq] == self.eod) + 1
+            parts = numpy.diff(numpy.concatenate([[0], ends, [self.seq]])).astype(numpy.int64)
+        return self.make(text, 0, parts, is_padding_sample)
+
     def fast_path_applies(self, source: TokenSource) -> bool:
         """Whether ``fill_sample`` produces every field this config asks for."""
         config = self.config

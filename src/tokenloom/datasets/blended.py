@@ -114,6 +114,9 @@ class BlendedDataset(MegatronDescription):
         config: the :class:`~tokenloom.datasets.BlendedMegatronDatasetConfig`.
         build_if_missing: build (and cache) the indices when the cache lacks them;
             when False a missing cache raises :class:`~tokenloom.errors.CacheError`.
+
+    A subclass that overrides megatron-core's ``_build_indices`` hook gets it called in
+    ``__init__``, as megatron-core does; the two arrays it returns are served as they are.
     """
 
     def __init__(
@@ -139,7 +142,21 @@ class BlendedDataset(MegatronDescription):
         self._describe()
         self.cache: Optional[IndexCache] = None
         self.cache_key: Optional[CacheKey] = None
-        self.cached_indices = self._acquire_indices()
+        if type(self)._build_indices is not BlendedDataset._build_indices:
+            given = dict(zip(BLENDED_INDEX_NAMES, map(numpy.asarray, self._build_indices())))
+            self.cached_indices = CachedIndices(
+                BLENDED_INDEX_NAMES, None, None, lambda: given, self._where
+            )
+            self.cached_indices.load_or_build()
+        else:
+            self.cached_indices = self._acquire_indices()
+
+    def _build_indices(self) -> tuple[numpy.ndarray, numpy.ndarray]:
+        """megatron-core's hook: ``(dataset_index, dataset_sample_index)``, from the index
+        cache or built (and cached)."""
+        arrays = self.__dict__.get("cached_indices") or self._acquire_indices()
+        indices = arrays.arrays()
+        return indices["dataset_index"], indices["dataset_sample_index"]
 
     # -- identity and cache ----------------------------------------------------------
     def _describe(self) -> None:

@@ -305,13 +305,14 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     """Context parallel size (an integer >= 1, or None), used for padding packed
     sequences."""
 
-    return_cu_seqlens: bool = False
-    """tokenloom extension: add ``cu_seqlens`` (int32 document boundaries within the
+    return_cu_seqlens: bool = field(default=False, kw_only=True)
+    """tokenloom extension (keyword only, so that subclasses' fields keep megatron-core's
+    positions): add ``cu_seqlens`` (int32 document boundaries within the
     sample, from 0 to seq length) and ``max_seqlen`` (int32 scalar) to each sample for
     variable-length attention."""
 
-    object_storage_config: Optional[object] = None
-    """tokenloom extension: a :class:`tokenloom.storage.ObjectStorageConfig` for s3:// and
+    object_storage_config: Optional[object] = field(default=None, kw_only=True)
+    """tokenloom extension (keyword only): a :class:`tokenloom.storage.ObjectStorageConfig` for s3:// and
     msc:// prefixes (chunk size, read-ahead, cached chunks, endpoint, retries); its
     ``path_to_idx_cache`` is replaced by ``object_storage_cache_path`` when that is set."""
 

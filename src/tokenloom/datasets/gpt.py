@@ -32,6 +32,7 @@ from tokenloom.cache import CacheKey, IndexCache, array_digest, file_identity
 from tokenloom.cache.indices import CachedIndices
 from tokenloom.datasets import _gpt_indices
 from tokenloom.datasets._batch import BatchInputs, get_batch
+from tokenloom.datasets._hooks import SIZE_HOOKS, MegatronHooks
 from tokenloom.datasets._sample import SampleMaker, TokenSource
 from tokenloom.datasets.config import GPTDatasetConfig
 from tokenloom.datasets.megatron_dataset import MegatronDataset, tokenizer_identity
@@ -88,7 +89,7 @@ class _Where:
     __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
 
 
-class GPTDataset(MegatronDataset):
+class GPTDataset(MegatronHooks, MegatronDataset):
     """The GPT dataset (megatron-core's ``GPTDataset`` arguments, in order).
 
     Args:
@@ -106,6 +107,11 @@ class GPTDataset(MegatronDataset):
             builder passes one that packs small entries into one file).
         warm_start: what a warm start already knows (the builder passes it); None
             computes everything.
+
+    Subclasses may override megatron-core's hooks (``_query_document_sample_shuffle_indices``,
+    ``_build_document_sample_shuffle_indices``, ``_get_num_tokens_per_epoch``,
+    ``_get_num_epochs``): they are then called where megatron-core calls them
+    (:mod:`tokenloom.datasets._hooks`).
     """
 
     config: GPTDatasetConfig
@@ -140,7 +146,14 @@ class GPTDataset(MegatronDataset):
         self._length: Optional[int] = None
         self.cache: Optional[IndexCache] = None
         self.cache_key: Optional[CacheKey] = None
-        self.cached_indices = self._acquire_indices(index_cache, warm_start)
+        self._sample_hook = self.overrides("_query_document_sample_shuffle_indices")
+        self._size_hooks = any(self.overrides(name) for name in SIZE_HOOKS)
+        self._pending_cache = (index_cache, warm_start)
+        if self.overrides("_build_document_sample_shuffle_indices"):
+            self.cached_indices = self._given_indices(self._build_document_sample_shuffle_indices())
+        else:
+            self.cached_indices = self.cached_indices_from_cache()
+        self._pending_cache = (None, None)  # the builder's cache and warm start: used once
 
     # -- low-level dataset -----------------------------------------------------------
     @staticmethod
@@ -233,11 +246,31 @@ class GPTDataset(MegatronDataset):
             prefix = storage.local_folder_for(prefix, self.config)
         return os.path.join(prefix, "cache", f"{type(self).__name__}_indices")
 
+    def _given_indices(self, arrays: Sequence[numpy.ndarray]) -> CachedIndices:
+        """Index arrays a subclass built itself, served as they are (not cached)."""
+        given = dict(zip(INDEX_NAMES, (numpy.asarray(a) for a in arrays)))
+        if len(given) != len(INDEX_NAMES):
+            raise ConfigError(
+                f"{type(self).__name__}._build_document_sample_shuffle_indices must return "
+                "(document_index, sample_index, shuffle_index)"
+            )
+        held = CachedIndices(INDEX_NAMES, None, None, lambda: given, self._where)
+        held.load_or_build()
+        self._length = None
+        return held
+
+    def cached_indices_from_cache(self) -> CachedIndices:
+        """The indices from tokenloom's index cache: loaded or built now, or deferred
+        (``defer_npy_index_mmap`` over an existing entry, or a warm start that knows the
+        entry's length). Made once; later calls return the same holder."""
+        held = self.__dict__.get("_from_cache")
+        if held is None:
+            held = self._from_cache = self._acquire_indices(*self._pending_cache)
+        return held
+
     def _acquire_indices(
         self, index_cache: Optional[IndexCache], warm_start: Optional[WarmStart]
     ) -> CachedIndices:
-        """The indices: loaded or built now, or deferred (``defer_npy_index_mmap`` over an
-        existing entry, or a warm start that knows the entry's length)."""
         directory = self._cache_dir()
         verify = "size" if self.config.fast_cache_load else "checksum"
         checks = None if self.indices is None else {"indices": array_digest(self.indices)}
@@ -299,6 +332,17 @@ class GPTDataset(MegatronDataset):
                 "sizes come from the index cache, which must exist"
             )
         where = cast(str, _Where(self._where))  # the text is only needed for an error
+        if self._size_hooks:  # a subclass sizes the epochs itself
+            tokens = int(self._get_num_tokens_per_epoch())
+            return _gpt_indices.plan_from_counts(
+                tokens,
+                int(self._get_num_epochs(tokens)),
+                self.num_samples,
+                self.config.sequence_length,
+                int(self.config.add_extra_token_to_sequence),
+                self._drop_last_partial_sequence(),
+                where,
+            )
         return _gpt_indices.plan_epochs(
             self.dataset.sequence_lengths,
             self.indices,
@@ -338,20 +382,38 @@ class GPTDataset(MegatronDataset):
     def _index(self, name: str) -> numpy.ndarray:
         return self.cached_indices.arrays()[name]
 
+    def _set_index(self, name: str, value: numpy.ndarray) -> None:
+        """A subclass assigns an index array (megatron-core's attributes are plain)."""
+        arrays = dict(self.cached_indices.arrays())
+        arrays[name] = value
+        self.cached_indices = self._given_indices([arrays[n] for n in INDEX_NAMES])
+
     @property
     def document_index(self) -> numpy.ndarray:
         """int32 document ids, epoch after epoch, shuffled."""
         return self._index("document_index")
+
+    @document_index.setter
+    def document_index(self, value: numpy.ndarray) -> None:
+        self._set_index("document_index", value)
 
     @property
     def sample_index(self) -> numpy.ndarray:
         """``[len + 1, 2]``: (position in document_index, offset) where samples start."""
         return self._index("sample_index")
 
+    @sample_index.setter
+    def sample_index(self, value: numpy.ndarray) -> None:
+        self._set_index("sample_index", value)
+
     @property
     def shuffle_index(self) -> numpy.ndarray:
         """The order in which samples are served."""
         return self._index("shuffle_index")
+
+    @shuffle_index.setter
+    def shuffle_index(self, value: numpy.ndarray) -> None:
+        self._set_index("shuffle_index", value)
 
     @property
     def indices_loaded(self) -> bool:
@@ -383,6 +445,8 @@ class GPTDataset(MegatronDataset):
 
         ``None`` gives a batch-padding sample (sample 0 with an all-zero loss mask).
         """
+        if self._sample_hook:
+            return self.sample_from_hook(idx)
         maker = self._maker
         arrays = self.cached_indices.arrays()
         fetch = None if maker is None or maker.bound is not arrays else maker.fetch
@@ -406,6 +470,8 @@ class GPTDataset(MegatronDataset):
         if inputs is None or inputs.bound is not arrays:
             source, maker = self.sampler()
             inputs = self._batch_inputs = BatchInputs(source, maker, arrays, len(self))
+            if self.samples_by_hook():  # rows come from self[i] (a subclass's samples)
+                inputs.kernel_args = None
         return inputs
 
     def get_batch(

@@ -26,6 +26,7 @@ from tokenloom.format.bin_readers import (
 )
 from tokenloom.format.identity import identity_of
 from tokenloom.format.index_file import IndexFile, check_document_indices
+from tokenloom.format.index_view import IndexView
 from tokenloom.format.open_checks import run_open_checks
 from tokenloom.format.publish import reading
 from tokenloom.format.spec import (
@@ -319,6 +320,34 @@ class IndexedDataset:
     def set_document_indices(self, document_indices: numpy.ndarray) -> None:
         """Replace the document index in memory (Megatron compatibility)."""
         self._live_index().documents = numpy.asarray(document_indices, dtype=numpy.int64)
+
+    @property
+    def index(self) -> IndexView:
+        """The ``.idx`` as megatron-core's ``_IndexReader`` presents it (``sequence_lengths``,
+        ``sequence_pointers``, ``document_indices``, ``sequence_modes``, ``dtype``,
+        ``dtype_size``, ``len()``, ``index[i] -> (pointer, length, mode)``)."""
+        return IndexView(self._live_index())
+
+    def initialize(
+        self,
+        path_prefix: str,
+        multimodal: bool,
+        mmap: bool,
+        object_storage_config: Any,
+        fast_cache_load: bool = False,
+        sequences_per_dataset: Optional[tuple[int, int]] = None,
+        dtype_code: Optional[int] = None,
+    ) -> None:
+        """(Re)open the pair at ``path_prefix`` (megatron-core's ``initialize``)."""
+        self._open(
+            os.fspath(path_prefix),
+            bool(multimodal),
+            bool(mmap),
+            object_storage_config,
+            bool(fast_cache_load),
+            sequences_per_dataset,
+            dtype_code,
+        )
 
     @property
     def sequence_modes(self) -> Optional[numpy.ndarray]:

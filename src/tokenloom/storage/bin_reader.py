@@ -216,3 +216,28 @@ class ObjectBinReader:
 
 
 __all__ = ["ObjectBinReader", "ReadStats", "aligned_block"]
+
+
+class S3BinReader(ObjectBinReader):
+    """The ``.bin`` of an ``s3://`` dataset (megatron-core's ``_S3BinReader`` arguments)."""
+
+    def __init__(
+        self, bin_path: str, object_storage_config: Any, remote: Optional[RemoteObject] = None
+    ) -> None:
+        super().__init__(bin_path, object_storage_config, remote)
+
+
+class MSCBinReader(ObjectBinReader):
+    """The ``.bin`` of an ``msc://`` dataset (megatron-core's
+    ``_MultiStorageClientBinReader`` arguments)."""
+
+    def __init__(
+        self, bin_path: str, object_storage_config: Any, remote: Optional[RemoteObject] = None
+    ) -> None:
+        super().__init__(bin_path, object_storage_config, remote)
+
+
+def object_bin_reader(url: str, config: Any) -> ObjectBinReader:
+    """The reader class of ``url``'s scheme (s3:// or msc://), opened."""
+    cls = S3BinReader if url.startswith("s3://") else MSCBinReader
+    return cls(url, config)

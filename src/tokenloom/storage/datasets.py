@@ -11,7 +11,7 @@ import os
 from typing import Any, Optional
 
 from tokenloom.errors import ObjectNotFoundError
-from tokenloom.storage.bin_reader import ObjectBinReader
+from tokenloom.storage.bin_reader import ObjectBinReader, object_bin_reader
 from tokenloom.storage.config import ObjectStorageConfig, coerce_config
 from tokenloom.storage.index_cache import fetch_index
 from tokenloom.storage.open import open_object
@@ -47,7 +47,7 @@ def open_remote_dataset(path_prefix: str, config: Any) -> tuple[str, ObjectBinRe
             f"{path_prefix}.idx: the index of dataset {path_prefix!r} does not exist ({error})"
         ) from error
     try:
-        reader = ObjectBinReader(path_prefix + ".bin", config)
+        reader = object_bin_reader(path_prefix + ".bin", config)
     except ObjectNotFoundError as error:
         raise ObjectNotFoundError(
             f"{path_prefix}.bin: the data file of dataset {path_prefix!r} does not exist ({error})"
