@@ -114,3 +114,108 @@ def test_help_teaches(capsys):
     text = capsys.readouterr().out
     for needle in ("--per-split-data-args-path", "sequence_count", "example", "--data-path"):
         assert needle in text
+
+
+# megatron-core's side of Megatron-LM's tools/build_sequences_per_dataset.py: the counts
+# its _IndexReader gives each prefix (the tool itself is not in the megatron-core package)
+_MEGATRON_COUNTS = r"""
+import json, sys
+from megatron.core.datasets.indexed_dataset import _IndexReader
+counts = {}
+for prefix in json.loads(sys.argv[1]):
+    reader = _IndexReader(prefix + ".idx", False)
+    counts[prefix] = (reader.sequence_count, reader.document_count)
+sys.stdout.write(json.dumps(counts) + "\n")
+print(json.dumps(counts))
+"""
+
+
+def _megatron_namespace(**given):
+    import argparse
+
+    fields = dict(
+        data_path=None,
+        train_data_path=None,
+        valid_data_path=None,
+        test_data_path=None,
+        per_split_data_args_path=None,
+        data_args_path=None,
+    )
+    fields.update(given)
+    return argparse.Namespace(**fields)
+
+
+@pytest.mark.megatron
+@pytest.mark.timeout(300)
+def test_megatron_function_and_file_format(corpora, capsys):
+    """Megatron's test_builder.py calls build_sequences_per_dataset(args) with its training
+    namespace (integer weights included); the result, the file and the counts are Megatron's."""
+    from tests.support.megatron_core import require_megatron, run_json
+
+    from tokenloom.cli.build_sequences_per_dataset import build_sequences_per_dataset
+
+    require_megatron()
+    c0, c1, c2 = (str(corpora / name) for name in ("c0", "c1", "c2"))
+    args = _megatron_namespace(
+        train_data_path=[17, c0, 40, c1], valid_data_path=[c2], test_data_path=[55, c2]
+    )
+    args.path_to_sequences_per_dataset_json = str(corpora / "unused.json")
+    ours = build_sequences_per_dataset(args)
+    theirs = run_json(_MEGATRON_COUNTS, json.dumps([c0, c1, c2]))
+    assert ours == {prefix: tuple(count) for prefix, count in theirs.items()}
+    assert all(isinstance(count, tuple) for count in ours.values())
+    blend = corpora / "blend.json"
+    blend.write_text(json.dumps({"train": f"0.5 {c0} 0.5 {c1}", "valid": [c2], "test": None}))
+    out = corpora / "seqs.json"
+    assert _run("--per-split-data-args-path", blend, "--per-dataset-sequences-path", out) == 0
+    assert out.read_bytes() == json.dumps(ours).encode()  # what json.dump(result, f) writes
+
+
+def test_function_result_is_a_sequences_per_dataset(corpora):
+    from tokenloom.builder import BlendedMegatronDatasetBuilder
+    from tokenloom.cli.build_sequences_per_dataset import build_sequences_per_dataset
+    from tokenloom.datasets import GPTDataset, GPTDatasetConfig
+
+    prefixes = [str(corpora / name) for name in CORPORA]
+    counts = build_sequences_per_dataset(_megatron_namespace(data_path=prefixes))
+    fields = dict(
+        random_seed=1234,
+        sequence_length=16,
+        blend=(prefixes, None),
+        split="70,20,10",
+        path_to_cache=str(corpora / "cache"),
+        tokenizer={"vocab_size": 32000, "eod": 2},
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+    )
+    slow = BlendedMegatronDatasetBuilder(
+        GPTDataset, [100, 10, 10], lambda: True, GPTDatasetConfig(**fields)
+    ).build()
+    fast = BlendedMegatronDatasetBuilder(
+        GPTDataset,
+        [100, 10, 10],
+        lambda: True,
+        GPTDatasetConfig(sequences_per_dataset=counts, **fields),
+    ).build()
+    for a, b in zip(slow, fast):
+        assert len(a) == len(b) and numpy.array_equal(a[0]["tokens"], b[0]["tokens"])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--data-path"], "--data-path names no dataset prefix"),
+        (["--train-data-path", "a", "--valid-data-path"], "--valid-data-path names no"),
+        (["--data-path", "a", "--train-data-path", "b"], "exactly one form"),
+    ],
+)
+def test_megatron_flags_take_zero_words_like_megatron_but_say_why(tmp_path, capsys, argv, message):
+    assert _run(*argv, "--per-dataset-sequences-path", tmp_path / "s.json") == 1
+    assert message in capsys.readouterr().err
+
+
+def test_train_split_only(corpora):
+    out = corpora / "seqs.json"
+    assert _run("--train-data-path", corpora / "c1", "--per-dataset-sequences-path", out) == 0
+    assert json.loads(out.read_text()) == {str(corpora / "c1"): [120, 121]}
