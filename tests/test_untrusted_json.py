@@ -228,3 +228,23 @@ def test_fuzz_only_a_value_or_the_one_error(data):
             continue
         assert _depth_of(value) <= max_depth
         json.dumps(value)  # anything returned can be walked by recursive code
+
+
+def test_check_nesting_refuses_deep_self_referring_and_exploding_values():
+    from tokenloom.untrusted_json import check_nesting
+
+    check_nesting({"a": [1, {"b": None}]}, source="c.yaml", what="config", max_depth=3)
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(UntrustedFileError, match="c.yaml: nests more than 128"):
+        check_nesting(deep, source="c.yaml", what="config")
+    loop: list = []
+    loop.append(loop)  # YAML anchors can build this
+    with pytest.raises(UntrustedFileError, match="refers to itself"):
+        check_nesting(loop, source="c.yaml", what="config")
+    shared = ["x"] * 10
+    for _ in range(8):  # a billion laughs: 10**9 values from 90 objects
+        shared = [shared] * 10
+    with pytest.raises(UntrustedFileError, match="more than 1000000 values"):
+        check_nesting(shared, source="c.yaml", what="config")
