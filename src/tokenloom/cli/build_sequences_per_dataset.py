@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Sequence
-from typing import Optional
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 
 _DESCRIPTION = """\
@@ -31,6 +32,12 @@ Give the blend the way you give it to training, in any one of these forms:
 
 Each prefix is listed once (first occurrence order).  Use the result with
 GPTDatasetConfig(sequences_per_dataset=...) or Megatron's --per-dataset-sequences-path.
+
+Megatron-LM's tools/build_sequences_per_dataset.py command lines work unchanged
+(--data-path, --data-args-path, --train/valid/test-data-path,
+--per-split-data-args-path, --per-dataset-sequences-path as the output), and the file
+is the one its build_sequences_per_dataset() result gives with json.dump: compact
+JSON {"prefix": [sequence_count, document_count], ...}, no trailing newline.
 """
 
 _EPILOG = """\
@@ -59,7 +66,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     blend = parser.add_argument_group("blend (choose one form)")
     blend.add_argument(
         "--data-path",
-        nargs="+",
+        nargs="*",
         metavar="WORD",
         help="weight/prefix list as for Megatron's --data-path",
     )
@@ -71,7 +78,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     for split in ("train", "valid", "test"):
         blend.add_argument(
             f"--{split}-data-path",
-            nargs="+",
+            nargs="*",
             metavar="WORD",
             help=f"weight/prefix list of the {split} split",
         )
@@ -102,33 +109,54 @@ def _read_words(path: str) -> list[str]:
         raise ConfigError(f"--data-args-path {path}: cannot read it ({error})") from None
 
 
-def collect_blends(args: argparse.Namespace) -> list[tuple[list[str], Optional[list[float]]]]:
-    """Every blend named by the arguments (exactly one form must be used)."""
-    from tokenloom.datasets.utils import get_blend_from_list, get_blend_per_split_from_file
+def collect_blends(args: Any) -> list[tuple[list[str], Optional[list[float]]]]:
+    """Every blend named by the arguments (exactly one form must be used).
 
-    split_lists = [args.train_data_path, args.valid_data_path, args.test_data_path]
+    ``args`` is this command's namespace or Megatron's (``data_path``,
+    ``data_args_path``, ``train/valid/test_data_path``, ``per_split_data_args_path``;
+    ``prefixes`` is tokenloom's extension and may be absent)."""
+    from tokenloom.datasets.utils import get_blend_per_split_from_file
+
+    def given(name: str) -> Any:
+        return read_attribute(args, name, None)
+
+    split_lists = [given(f"{split}_data_path") for split in ("train", "valid", "test")]
     forms = {
-        "PREFIX": args.prefixes or None,
-        "--data-path": args.data_path,
-        "--data-args-path": args.data_args_path,
-        "--train/valid/test-data-path": split_lists if any(split_lists) else None,
-        "--per-split-data-args-path": args.per_split_data_args_path,
+        "PREFIX": given("prefixes") or None,
+        "--data-path": given("data_path"),
+        "--data-args-path": given("data_args_path"),
+        "--train/valid/test-data-path": None
+        if all(words is None for words in split_lists)
+        else split_lists,
+        "--per-split-data-args-path": given("per_split_data_args_path"),
     }
-    used = [name for name, value in forms.items() if value]
+    used = [name for name, value in forms.items() if value is not None]
     if len(used) != 1:
         raise ConfigError(
             f"give the blend in exactly one form, got {used or 'none'}; e.g. "
             f"`tokenloom build-sequences-per-dataset data/web data/code -o seqs.json`"
         )
-    if args.per_split_data_args_path:
-        blends = get_blend_per_split_from_file(args.per_split_data_args_path)
-    elif any(split_lists):
-        blends = [get_blend_from_list(words) for words in split_lists]
-    elif args.data_args_path:
-        blends = [get_blend_from_list(_read_words(args.data_args_path))]
+    if forms["--per-split-data-args-path"] is not None:
+        blends = get_blend_per_split_from_file(forms["--per-split-data-args-path"])
+    elif forms["--train/valid/test-data-path"] is not None:
+        blends = [
+            _blend(f"--{s}-data-path", w)
+            for s, w in zip(("train", "valid", "test"), split_lists)
+            if w is not None
+        ]
+    elif forms["--data-args-path"] is not None:
+        blends = [_blend("--data-args-path", _read_words(forms["--data-args-path"]))]
     else:
-        blends = [get_blend_from_list(args.prefixes or args.data_path)]
+        blends = [_blend(used[0], forms[used[0]])]
     return [blend for blend in blends if blend is not None]
+
+
+def _blend(flag: str, words: Sequence[Any]) -> Any:
+    from tokenloom.datasets.utils import get_blend_from_list
+
+    if not words:
+        raise ConfigError(f"{flag} names no dataset prefix; give one or more prefixes")
+    return get_blend_from_list([str(word) for word in words])
 
 
 def unique_prefixes(blends) -> list[str]:
@@ -152,16 +180,34 @@ def count_sequences(prefixes: Sequence[str], progress_enabled=None) -> dict[str,
     return counts
 
 
+def build_sequences_per_dataset(args: Any) -> dict[str, tuple[int, int]]:
+    """Megatron-LM's ``tools/build_sequences_per_dataset.build_sequences_per_dataset``:
+    ``{prefix: (sequence_count, document_count)}`` of every prefix the blend arguments of
+    ``args`` name (Megatron's training namespace works as is), each prefix once.
+
+    The result can be passed as ``GPTDatasetConfig(sequences_per_dataset=...)`` or
+    written with :func:`encode_sequences_per_dataset`."""
+    prefixes = unique_prefixes(collect_blends(args))
+    if not prefixes:
+        raise ConfigError("the blend names no dataset prefix; nothing to count")
+    enabled = False if read_attribute(args, "no_progress", False) else None
+    counts = count_sequences(prefixes, progress_enabled=enabled)
+    return {prefix: (count[0], count[1]) for prefix, count in counts.items()}
+
+
+def encode_sequences_per_dataset(counts: Mapping[str, Sequence[int]]) -> bytes:
+    """The file Megatron-LM's tool writes: ``json.dump`` of the counts (compact, no
+    trailing newline)."""
+    return json.dumps({prefix: list(count) for prefix, count in counts.items()}).encode("utf-8")
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of the subcommand."""
     from tokenloom.atomic import atomic_write_bytes
 
-    prefixes = unique_prefixes(collect_blends(args))
-    if not prefixes:
-        raise ConfigError("the blend names no dataset prefix; nothing to count")
-    counts = count_sequences(prefixes, progress_enabled=False if args.no_progress else None)
+    counts = build_sequences_per_dataset(args)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    atomic_write_bytes(args.output, (json.dumps(counts, indent=1) + "\n").encode("utf-8"))
+    atomic_write_bytes(args.output, encode_sequences_per_dataset(counts))
     sequences = sum(count[0] for count in counts.values())
     print(f"wrote {args.output}: {len(counts)} prefixes, {sequences} sequences")
     return 0
