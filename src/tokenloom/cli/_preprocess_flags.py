@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Optional, cast
 
 from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
+
+TIKTOKEN_SPECIAL_TOKENS = 1000
+"""Megatron's default ``--tiktoken-num-special-tokens``."""
 
 
 class SuggestingParser(argparse.ArgumentParser):
@@ -60,10 +63,47 @@ def suggesting(
 
 
 def add_megatron_flags(parser: argparse.ArgumentParser) -> None:
-    """Megatron-LM's tokenizer flags (its names, its meanings)."""
+    """Megatron-LM's tokenizer and runtime flags (its names, its meanings)."""
+    add_megatron_tokenizer_flags(parser)
+    group = parser.add_argument_group("Megatron-LM runtime flags (tools/preprocess_data.py)")
+    group.add_argument(
+        "--partitions",
+        type=int,
+        default=1,
+        metavar="P",
+        help="deal records round-robin into P parts (an integer >= 1), concatenated in "
+        "part order (Megatron's document order)",
+    )
+    group.add_argument(
+        "--keep-sequential-samples",
+        action="store_true",
+        help="with --partitions: keep the input order",
+    )
+    group.add_argument(
+        "--log-interval",
+        type=int,
+        default=None,
+        metavar="N",
+        help="print a progress line every N records (an integer >= 1; default: none)",
+    )
+
+
+def add_megatron_tokenizer_flags(
+    parser: argparse.ArgumentParser, defaults: bool = True, spec_flag: bool = False
+) -> None:
+    """Megatron-LM's tokenizer flags, as ``tools/preprocess_data.py`` takes them.
+
+    ``defaults=False`` leaves every default None (a command that merges the flags
+    over a config file must see which were given; :func:`tokenizer_from_settings`
+    fills the defaults in); ``spec_flag`` also adds tokenloom's ``--tokenizer SPEC``
+    (dest ``tokenizer_spec``)."""
     group = parser.add_argument_group(
         "Megatron-LM tokenizer flags (tools/preprocess_data.py; instead of --tokenizer)"
     )
+    if spec_flag:
+        group.add_argument(
+            "--tokenizer", dest="tokenizer_spec", metavar="SPEC", help="tokenloom's form"
+        )
     group.add_argument(
         "--tokenizer-type",
         metavar="TYPE",
@@ -107,7 +147,9 @@ def add_megatron_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--legacy-tokenizer",
-        action="store_true",
+        action="store_const",
+        const=True,
+        default=False if defaults else None,
         help="core_v0.16.1's legacy tokenizers: HF includes special tokens, "
         "Llama2Tokenizer prepends BOS",
     )
@@ -115,7 +157,7 @@ def add_megatron_flags(parser: argparse.ArgumentParser) -> None:
         "--no-tokenizer-sentencepiece-ignore-extra-whitespaces",
         dest="sp_ignore_spaces",
         action="store_false",
-        default=True,
+        default=True if defaults else None,
         help="SentencePiece: keep runs of spaces the model would drop",
     )
     group.add_argument(
@@ -126,36 +168,20 @@ def add_megatron_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--tokenizer-sentencepiece-legacy",
-        action="store_true",
+        action="store_const",
+        const=True,
+        default=False if defaults else None,
         help="accepted; without --tokenizer-special-tokens it changes nothing",
     )
     group.add_argument(
         "--tiktoken-num-special-tokens",
         type=int,
-        default=1000,
+        default=TIKTOKEN_SPECIAL_TOKENS if defaults else None,
         metavar="N",
-        help="TikTokenizer: ids before the ranks (default 1000)",
+        help=f"TikTokenizer: ids before the ranks (default {TIKTOKEN_SPECIAL_TOKENS})",
     )
-    group.add_argument(
-        "--partitions",
-        type=int,
-        default=1,
-        metavar="P",
-        help="deal records round-robin into P parts, concatenated in part "
-        "order (Megatron's document order)",
-    )
-    group.add_argument(
-        "--keep-sequential-samples",
-        action="store_true",
-        help="with --partitions: keep the input order",
-    )
-    group.add_argument(
-        "--log-interval",
-        type=int,
-        default=None,
-        metavar="N",
-        help="print a progress line every N records",
-    )
+    if not defaults:  # preprocess has its own, next to --tokenizer
+        group.add_argument("--tiktoken-pattern", metavar="v1|v2", help="TikTokenizer pattern")
 
 
 def add_sentence_flags(parser: argparse.ArgumentParser) -> None:
@@ -238,6 +264,38 @@ def tokenizer_from_args(args: argparse.Namespace) -> Any:
     )
 
 
+_TOKENIZER_DEFAULTS: dict[str, Any] = {
+    "tokenizer_model": None,
+    "vocab_file": None,
+    "merge_file": None,
+    "vocab_size": None,
+    "special_tokens": None,
+    "legacy_tokenizer": False,
+    "sp_ignore_spaces": True,
+    "tokenizer_sentencepiece_legacy": False,
+    "tiktoken_pattern": None,
+    "tiktoken_num_special_tokens": TIKTOKEN_SPECIAL_TOKENS,
+}
+
+
+def tokenizer_from_settings(settings: Mapping[str, Any]) -> Any:
+    """:func:`tokenizer_from_args` over a mapping of settings (a config file merged with
+    the flags of :func:`add_megatron_tokenizer_flags` given ``defaults=False``):
+    ``tokenizer_spec`` is tokenloom's ``--tokenizer``, a missing or None value takes
+    the flag's default."""
+    fields = {
+        key: default if settings.get(key) is None else settings[key]
+        for key, default in _TOKENIZER_DEFAULTS.items()
+    }
+    namespace = argparse.Namespace(
+        tokenizer=settings.get("tokenizer_spec"),
+        tokenizer_type=settings.get("tokenizer_type"),
+        eod_token=None,
+        **fields,
+    )
+    return tokenizer_from_args(namespace)
+
+
 def policy_from_args(args: argparse.Namespace) -> Any:
     """The bad-record policy; blank lines stop a run given Megatron's way (as Megatron)."""
     from tokenloom.preprocess import Policy
@@ -307,6 +365,8 @@ __all__ = [
     "add_megatron_flags",
     "add_sentence_flags",
     "tokenizer_from_args",
+    "tokenizer_from_settings",
+    "add_megatron_tokenizer_flags",
     "policy_from_args",
     "splitter_from_args",
     "settings_line",

@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from tokenloom.attributes import read_attribute
+from tokenloom.cli._numbers import Bound, check_numbers
+from tokenloom.cli._preprocess_flags import add_megatron_tokenizer_flags
+from tokenloom.cli._tokenizer_settings import (
+    TOKENIZER_ALIASES,
+    TOKENIZER_SETTINGS,
+    dataset_tokenizer,
+)
+from tokenloom.cli._training_plan import compute_plan
 from tokenloom.errors import ConfigError, UntrustedFileError
 
 _DESCRIPTION = """\
@@ -33,6 +40,18 @@ Settings come from --config (JSON, or YAML with PyYAML installed) and/or flags;
 flags win.  Config keys are the long flag names with underscores; Megatron's
 names are accepted too (data_path, seq_length, seed, data_cache_path, ...).
 Mock data (no blend) has nothing to cache and is rejected.
+
+The tokenizer's unique_identifiers are part of every cache key, so give the one the
+run uses: Megatron's tokenizer flags (--tokenizer-type, --tokenizer-model,
+--vocab-file, --merge-file, --vocab-size, ...) or --tokenizer SPEC build the
+tokenizer `tokenloom preprocess` builds from them; otherwise --vocab-size, --eod and
+--pad describe a SimpleTokenizer, and what is left out is taken from the blend's
+provenance sidecars (as `tokenloom preview` does).
+
+Numbers: sizes, iterations and parallel sizes are integers (0 allowed only for
+train_iters, train_samples and eval_iters: an empty target); --seq-length 1..2**31-1,
+--seed 0..2**32-1, --mid-level-dataset-surplus 0..1e6; anything else is an error
+naming the setting.
 """
 
 _EPILOG = """\
@@ -63,9 +82,8 @@ _OPTIONS: dict[str, tuple] = {
     "sequence_length": (["--seq-length", "--sequence-length"], "int", "tokens per sample"),
     "random_seed": (["--seed", "--random-seed"], "int", "dataset seed (default 1234)"),
     "path_to_cache": (["--data-cache-path", "--path-to-cache"], "path", "cache directory"),
-    "vocab_size": (["--vocab-size"], "int", "tokenizer vocabulary size"),
-    "eod": (["--eod"], "int", "end-of-document token id"),
-    "pad": (["--pad"], "int", "pad token id (default: none)"),
+    "eod": (["--eod"], "int", "end-of-document token id, an integer >= 0 (no tokenizer)"),
+    "pad": (["--pad"], "int", "pad token id, an integer >= -1 (no tokenizer; default none)"),
     "train_iters": (["--train-iters"], "int", "training iterations"),
     "train_samples": (["--train-samples"], "int", "train samples (instead of --train-iters)"),
     "eval_iters": (["--eval-iters"], "int", "iterations per evaluation"),
@@ -78,8 +96,16 @@ _OPTIONS: dict[str, tuple] = {
     "context_parallel_size": (["--context-parallel-size"], "int", "CP size"),
     "full_validation": (["--full-validation"], "bool", "one full validation epoch"),
     "multiple_validation_sets": (["--multiple-validation-sets"], "bool", "one set per prefix"),
-    "mid_level_dataset_surplus": (["--mid-level-dataset-surplus"], "float", "default 0.005"),
-    "num_dataset_builder_threads": (["--num-dataset-builder-threads"], "int", "threads"),
+    "mid_level_dataset_surplus": (
+        ["--mid-level-dataset-surplus"],
+        "float",
+        "0..1e6 (default 0.005)",
+    ),
+    "num_dataset_builder_threads": (
+        ["--num-dataset-builder-threads"],
+        "int",
+        "threads, >= 1 (above the prefix count: one per prefix)",
+    ),
     "sequences_per_dataset": (
         ["--per-dataset-sequences-path"],
         "path",
@@ -125,6 +151,17 @@ _GPT_FIELDS = (
     "mmap_bin_files",
 )
 _KINDS = {"int": int, "float": float, "path": str, "split": str}
+SETTING_BOUNDS = (
+    Bound("sequence_length", "sequence_length (--seq-length)", 1, 2**31 - 1),
+    Bound("random_seed", "random_seed (--seed)", 0, 2**32 - 1),
+    Bound("vocab_size", "vocab_size (--vocab-size)", 1),
+    Bound("eod", "eod (--eod)", 0),
+    Bound("pad", "pad (--pad)", -1),
+    Bound("tiktoken_num_special_tokens", "--tiktoken-num-special-tokens", 0),
+    Bound("num_dataset_builder_threads", "--num-dataset-builder-threads", 1),
+    Bound("mid_level_dataset_surplus", "--mid-level-dataset-surplus", 0, 1e6, integer=False),
+)
+"""The numeric settings checked before the config is made (the others: compute_plan)."""
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -154,6 +191,7 @@ def register(subparsers) -> argparse.ArgumentParser:
             group.add_argument(
                 *flags, dest=dest, type=_KINDS[kind], metavar=kind.upper(), help=text
             )
+    add_megatron_tokenizer_flags(parser, defaults=False, spec_flag=True)
     parser.set_defaults(func=run)
     return parser
 
@@ -207,10 +245,11 @@ def canonical_settings(data: dict[str, Any], source: str) -> dict[str, Any]:
         if key == "tokenizer" and isinstance(value, dict):
             settings.update(canonical_settings(value, f"{source} tokenizer"))
             continue
-        if key not in _OPTIONS:
+        key = "tokenizer_spec" if key == "tokenizer" else TOKENIZER_ALIASES.get(key, key)
+        if key not in _OPTIONS and key not in TOKENIZER_SETTINGS:
             raise ConfigError(
                 f"{source}: unknown setting {raw_key!r}; known settings: "
-                f"{', '.join(sorted(_OPTIONS))}"
+                f"{', '.join(sorted([*_OPTIONS, *TOKENIZER_SETTINGS]))}"
             )
         settings[key] = value
     return settings
@@ -219,97 +258,23 @@ def canonical_settings(data: dict[str, Any], source: str) -> dict[str, Any]:
 def merged_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Settings of the config file overridden by the flags that were given."""
     settings = load_settings_file(args.config) if args.config else {}
-    for dest in _OPTIONS:
+    for dest in (*_OPTIONS, *TOKENIZER_SETTINGS):
         value = read_attribute(args, dest, None)
         if value is not None:
             settings[dest] = value
     return settings
 
 
-@dataclass(frozen=True)
-class Plan:
-    """What the run looks like: parallelism, batch size and per-split sample targets."""
-
-    world_size: int
-    tensor: int
-    pipeline: int
-    context: int
-    data_parallel_size: int
-    global_batch_size: int
-    sizes: list[Optional[int]]
-
-
-def _int_setting(
-    settings: dict[str, Any], key: str, default: Optional[int] = None, minimum: int = 0
-) -> Optional[int]:
-    value = settings.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{key}={value!r}: must be an integer >= {minimum}")
-    return value
-
-
-def _int_or_default(settings: dict[str, Any], key: str, default: int, minimum: int = 0) -> int:
-    """``_int_setting`` for a setting with a default (an explicit None also gives it)."""
-    value = _int_setting(settings, key, default, minimum)
-    return default if value is None else value
-
-
-def compute_plan(settings: dict[str, Any]) -> Plan:
-    """Data-parallel size, global batch size and the train/valid/test sample targets."""
-    world = _int_or_default(settings, "world_size", 1, 1)
-    tp, pp, cp = (
-        _int_or_default(settings, f"{name}_parallel_size", 1, 1)
-        for name in ("tensor_model", "pipeline_model", "context")
-    )
-    if world % (tp * pp * cp):
-        raise ConfigError(
-            f"world_size={world} is not divisible by tensor x pipeline x context "
-            f"parallel sizes = {tp} x {pp} x {cp} = {tp * pp * cp}"
-        )
-    dp = world // (tp * pp * cp)
-    gbs = _int_setting(settings, "global_batch_size", None, 1)
-    if gbs is None:
-        mbs = _int_setting(settings, "micro_batch_size", None, 1)
-        if mbs is None:
-            raise ConfigError(
-                "give global_batch_size (or micro_batch_size, then the global batch "
-                "size is micro_batch_size x data-parallel size)"
-            )
-        gbs = mbs * dp
-    return Plan(world, tp, pp, cp, dp, gbs, _target_sizes(settings, gbs))
-
-
-def _target_sizes(settings: dict[str, Any], gbs: int) -> list[Optional[int]]:
-    train_iters = _int_setting(settings, "train_iters")
-    train_samples = _int_setting(settings, "train_samples")
-    eval_iters = _int_or_default(settings, "eval_iters", 0)
-    eval_interval = _int_setting(settings, "eval_interval", None, 1)
-    if not train_samples and train_iters is None:
-        raise ConfigError("give train_iters (or train_samples) to size the train split")
-    train = train_samples if train_samples or train_iters is None else train_iters * gbs
-    if settings.get("full_validation"):
-        valid = None
-    else:
-        if train_iters is None or eval_interval is None:
-            raise ConfigError(
-                "give train_iters and eval_interval to size the valid split "
-                "(valid = (train_iters // eval_interval + 1) * eval_iters * gbs)"
-            )
-        valid = (train_iters // eval_interval + 1) * eval_iters * gbs
-    return [train, valid, eval_iters * gbs]
-
-
 def make_config(settings: dict[str, Any]):
     """The GPTDatasetConfig of the run (fast-load switches off: they only consume caches)."""
-    from tokenloom.datasets import GPTDatasetConfig, SimpleTokenizer
+    from tokenloom.datasets import GPTDatasetConfig
     from tokenloom.datasets.utils import (
         get_blend_from_list,
         get_blend_per_split_from_dict,
         get_blend_per_split_from_file,
     )
 
+    check_numbers(settings, SETTING_BOUNDS)
     fields = {key: settings[key] for key in _GPT_FIELDS if settings.get(key) is not None}
     blend, per_split = settings.get("blend"), settings.get("blend_per_split")
     if blend is None and per_split is None:
@@ -327,14 +292,14 @@ def make_config(settings: dict[str, Any]):
         raise ConfigError(
             "give --data-cache-path: the directory the training run reads its index cache from"
         )
-    if settings.get("vocab_size") is None or settings.get("eod") is None:
-        raise ConfigError("give the tokenizer's --vocab-size and --eod (they shape the samples)")
     fields.setdefault("random_seed", 1234)
     for name in ("reset_position_ids", "reset_attention_mask", "eod_mask_loss"):
         fields.setdefault(name, False)
     if "sequence_length" not in fields:
         raise ConfigError("give --seq-length (tokens per sample)")
-    tokenizer = SimpleTokenizer(settings["vocab_size"], settings["eod"], settings.get("pad"))
+    blends = [fields.get("blend"), *(fields.get("blend_per_split") or [])]
+    prefixes = [prefix for blend in blends if blend for prefix in blend[0]]
+    tokenizer = dataset_tokenizer(settings, prefixes)
     return GPTDatasetConfig(
         tokenizer=tokenizer, fast_cache_load=False, defer_npy_index_mmap=False, **fields
     )

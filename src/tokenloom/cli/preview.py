@@ -35,8 +35,13 @@ data_cache_path), then print
     marked as |--- document N ---| and the tokens whose labels the loss mask drops
     shown as [MASKED: ...].
 
-vocab_size and eod may be left out of the config when a tokenizer is known: they
-are then taken from it.
+The datasets are built with the tokenizer prepare-cache uses for the same config
+(Megatron's tokenizer settings such as tokenizer_type, or vocab_size/eod/pad); what
+the config leaves out of vocab_size, eod and pad is taken from the blend's provenance
+sidecars, else from --tokenizer.
+
+Numbers: --samples and --chars are integers >= 0 (0: no samples / whole documents),
+--seed an integer >= 0, --warn-repeats a number > 0 (inf: never warn).
 """
 
 _EPILOG = """\
@@ -288,13 +293,15 @@ def print_sample(dataset: Any, k: int, tokenizer: Any, chars: int) -> None:
 # -- the command ----------------------------------------------------------------------------
 def _tokenizer(args: argparse.Namespace, settings: dict[str, Any]) -> Any:
     from tokenloom.cli._look import resolve_tokenizer
+    from tokenloom.cli._tokenizer_settings import names_tokenizer, sidecar_ids
     from tokenloom.provenance import read_sidecar
 
     prefixes = blend_prefixes(settings)
     record = read_sidecar(prefixes[0]) if prefixes and not args.tokenizer else None
     tokenizer, note = resolve_tokenizer(args.tokenizer, record)
     print(f"tokenizer:           {note}")
-    if tokenizer is not None:
+    if tokenizer is not None and not names_tokenizer(settings) and not sidecar_ids(prefixes):
+        # data without sidecars: the decoding tokenizer says what the config leaves out
         settings.setdefault("vocab_size", int(tokenizer.vocab_size))
         if tokenizer.eod is not None:
             settings.setdefault("eod", int(tokenizer.eod))
