@@ -167,7 +167,10 @@ def test_the_launcher_under_torchruns_environment_on_two_ranks(tmp_path):
         from megatron.core.datasets.blended_megatron_dataset_builder import (
             BlendedMegatronDatasetBuilder,
         )
-        dist.init_process_group("gloo", init_method=os.environ["INIT_METHOD"])
+        dist.init_process_group(
+            "gloo", init_method=os.environ["INIT_METHOD"],
+            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
+        )
         dist.barrier()
         print("rank", dist.get_rank(), "of", dist.get_world_size(),
               BlendedMegatronDatasetBuilder.__module__)

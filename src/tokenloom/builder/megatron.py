@@ -24,12 +24,8 @@ is False get None.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
-import math
-import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Union
 
@@ -38,6 +34,8 @@ import numpy
 from tokenloom import storage
 from tokenloom.attributes import read_attribute
 from tokenloom.builder.agreement import check_ranks_agree, sample_fingerprint
+from tokenloom.builder.manifest import cache_manifest, cache_visible, cyclic_gc_paused
+from tokenloom.builder.sizes import check_sizes, get_size_per_split_per_dataset
 from tokenloom.builder.startup import Startup, accepts_start_keywords
 from tokenloom.cache import EntryPacker, IndexCache
 from tokenloom.datasets.blended import BlendedDataset
@@ -52,39 +50,6 @@ __all__ = ["BlendedMegatronDatasetBuilder", "get_size_per_split_per_dataset"]
 logger = logging.getLogger(__name__)
 
 
-def get_size_per_split_per_dataset(
-    normalized_weights: Sequence[float], target_size_per_split: Sequence[int], surplus: float = 0.0
-) -> list[list[int]]:
-    """Samples to request from each dataset for each split (megatron-core's arithmetic).
-
-    ``[[ceil(ceil(size * weight) * (1 + surplus)) for size in sizes] for weight in weights]``
-    """
-    if not numpy.isclose(sum(normalized_weights), 1.0):
-        raise ConfigError(f"weights {list(normalized_weights)} must be normalised to sum to 1")
-    return [
-        [int(math.ceil(math.ceil(size * weight) * (1 + surplus))) for size in target_size_per_split]
-        for weight in normalized_weights
-    ]
-
-
-def _check_sizes(sizes: Any) -> list[Optional[int]]:
-    if (
-        isinstance(sizes, (str, bytes))
-        or not isinstance(sizes, Sequence)
-        or len(sizes) != len(Split)
-    ):
-        raise ConfigError(
-            f"sizes={sizes!r}: give one size per split (train, valid, test), each an integer "
-            f">= 0 or None, e.g. [1000, 100, None]"
-        )
-    for split, size in zip(Split, sizes):
-        if size is not None and (
-            isinstance(size, bool) or not isinstance(size, (int, numpy.integer)) or size < 0
-        ):
-            raise ConfigError(f"sizes[{split.name}]={size!r}: must be None or an integer >= 0")
-    return [None if size is None else int(size) for size in sizes]
-
-
 def _mock_class_if_needed(cls: type, config: Any, substitutes: Sequence[tuple[type, type]]) -> type:
     """``GPTDataset`` on a config without data means mock data: use ``MockGPTDataset``."""
     if read_attribute(config, "mock", False):
@@ -93,15 +58,6 @@ def _mock_class_if_needed(cls: type, config: Any, substitutes: Sequence[tuple[ty
                 logger.info("no blend given: building %s splits (mock data)", mock.__name__)
                 return mock
     return cls
-
-
-def _walk(obj: Any) -> Iterator[Any]:
-    if isinstance(obj, (list, tuple)):
-        for item in obj:
-            yield from _walk(item)
-    elif obj is not None:
-        yield obj
-        yield from _walk(read_attribute(obj, "datasets", None))
 
 
 class BlendedMegatronDatasetBuilder:
@@ -135,7 +91,7 @@ class BlendedMegatronDatasetBuilder:
         comm: Optional[Communicator] = None,
     ) -> None:
         self.cls: type[Any] = _mock_class_if_needed(cls, config, self.mock_substitutes)
-        self.sizes = _check_sizes(sizes)
+        self.sizes = check_sizes(sizes)
         self.is_built_on_rank = is_built_on_rank
         self.config = config
         self.comm = comm
@@ -170,7 +126,7 @@ class BlendedMegatronDatasetBuilder:
         if not read_attribute(self.config, "fast_cache_load", False):  # then no rank exchanges
             check_ranks_agree(sample_fingerprint(self.config, self.sizes, self.cls), self.comm)
         storage.prefetch_remote_indices(self.config, self.comm)  # s3:// .idx: once per node
-        with _cyclic_gc_paused():
+        with cyclic_gc_paused():
             datasets = self._build_blended_dataset_splits()
         for dataset in datasets:
             for item in dataset if isinstance(dataset, list) else [dataset]:
@@ -458,44 +414,8 @@ class BlendedMegatronDatasetBuilder:
 
     def _cache_manifest(self, built: Any) -> dict:
         """The description files (commit markers) of every cache ``built`` used."""
-        files = []
-        for dataset in _walk(built):
-            cache, key = (
-                read_attribute(dataset, "cache", None),
-                read_attribute(dataset, "cache_key", None),
-            )
-            if cache is not None and key is not None:
-                files.append(cache.description_path(key))
-        return {"path_to_cache": self.config.path_to_cache, "files": files}
+        return cache_manifest(built, self.config.path_to_cache)
 
     def _cache_visible(self, manifest: Optional[dict]) -> bool:
         """Whether this rank sees every cache file rank 0 reported (in its own cache dir)."""
-        if not manifest:
-            return False
-        theirs, ours = manifest["path_to_cache"], self.config.path_to_cache
-        for path in manifest["files"]:
-            inside = theirs and os.path.relpath(path, theirs)
-            if ours and inside and not inside.startswith(os.pardir):
-                path = os.path.join(ours, inside)  # its twin in this rank's cache folder
-            if not os.path.isfile(path):
-                return False
-        return True
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while the datasets are built.
-
-    A build over thousands of prefixes creates objects that all stay alive, so the
-    collector finds nothing, but each of its full passes walks every object of the
-    process (a training process holds torch's hundreds of thousands): that made start-up
-    superlinear in the number of prefixes. Reference counting still frees everything as usual; the collector's previous state
-    is restored afterwards, also when the build fails.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+        return cache_visible(manifest, self.config.path_to_cache)
