@@ -4,7 +4,8 @@ Every case runs in a subprocess: a SIGBUS there fails the test (with its signal)
 never kills pytest. Checked: reads of the mapping's tail re-check the size, a forked
 DataLoader worker re-checks every mapped file when it starts, a spawned one reopens the
 files (and fails on the size check at open), a file replaced by rename is harmless, and
-``mmap=False`` is the safe mode."""
+``mmap=False`` is the safe mode. A read that none of these checks covers still dies of
+SIGBUS, but names the file first: ``tests/format/test_sigbus.py``."""
 
 from __future__ import annotations
 

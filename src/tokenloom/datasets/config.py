@@ -148,7 +148,15 @@ class BlendedMegatronDatasetConfig:
     """Directory of the index cache. ``None``: ``<prefix>/cache/<Class>_indices``."""
 
     mmap_bin_files: bool = True
-    """mmap the ``.bin`` files (True) or read them with file pointers (False)."""
+    """mmap the ``.bin`` files (True) or read them with file pointers (False).
+
+    With True, a ``.bin`` truncated in place under a running job is a ``FormatError``
+    naming it at open, in new DataLoader workers and on reads of its last 64 KiB; any
+    other read of it dies of SIGBUS, after one stderr line naming the file (Linux
+    x86_64/aarch64: ``tokenloom.format.sigbus``, nothing on the read path, ~10 us per
+    mapping opened and closed, compiled once per process in the background;
+    ``TOKENLOOM_SIGBUS_HANDLER=0`` turns it off; docs/reliability.md). With False
+    nothing crashes: a short read is a ``FormatError``, at the cost of a copy per read."""
 
     mock: bool = field(init=False, default=False)
     """Derived: True when neither ``blend`` nor ``blend_per_split`` gives data."""

@@ -8,6 +8,10 @@ and, before that, calls the C library's ``mmap`` through ctypes (64-bit POSIX); 
 result is a read-only ``uint8`` numpy array owning the mapping, which is unmapped when
 the last array viewing it is garbage collected (so views stay valid after the reader
 closes). Elsewhere it falls back to ``mmap.mmap``.
+
+Every mapping made here is recorded in ``tokenloom.format.sigbus.REPORTER`` while it is
+mapped, so that a process killed by SIGBUS on it (the file shrank under the mapping)
+first names the file (see that module).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy
 import numpy.typing as npt
 
 from tokenloom.attributes import read_attribute
+from tokenloom.format.sigbus import REPORTER
 
 __all__ = [
     "map_readonly",
@@ -78,10 +83,11 @@ class _Mapping:
     """Owns one mapping; numpy arrays over it (through ``__array_interface__``) keep it
     alive, and it is unmapped when the last of them is collected."""
 
-    __slots__ = ("__array_interface__", "_address", "_size", "_unmap")
+    __slots__ = ("__array_interface__", "_address", "_size", "_unmap", "_record")
 
-    def __init__(self, address: int, size: int, unmap: _UnmapFn) -> None:
+    def __init__(self, address: int, size: int, unmap: _UnmapFn, path: object) -> None:
         self._address, self._size, self._unmap = address, size, unmap
+        self._record = REPORTER.register(address, size, path)
         self.__array_interface__ = {
             "data": (address, True),
             "shape": (size,),
@@ -90,6 +96,7 @@ class _Mapping:
         }
 
     def __del__(self) -> None:
+        REPORTER.unregister(*self._record)  # before the range can be mapped again
         self._unmap(self._address, self._size)
 
 
@@ -97,30 +104,46 @@ def map_readonly(handle: _HasFileno, size: int) -> Buffer:
     """Map the first ``size`` (> 0) bytes of the open file ``handle`` read-only. The
     handle can be closed at once: the mapping holds no descriptor (see module doc)."""
     fd = handle.fileno()
+    path = read_attribute(handle, "name", fd)
     if sys.version_info >= (3, 13):  # _TRACKFD, spelt so that type checkers see the version
-        return mmap.mmap(fd, size, access=mmap.ACCESS_READ, trackfd=False)
+        return _recorded(mmap.mmap(fd, size, access=mmap.ACCESS_READ, trackfd=False), path)
     if _LIBC is None:
-        return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        return _recorded(mmap.mmap(fd, size, access=mmap.ACCESS_READ), path)
     map_fn, unmap_fn = _LIBC
     address = map_fn(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
     if address is None or address == _MAP_FAILED:
         error = ctypes.get_errno()
-        raise OSError(
-            error, f"cannot memory-map {read_attribute(handle, 'name', fd)}: {os.strerror(error)}"
-        )
-    array = numpy.asarray(_Mapping(address, size, unmap_fn))
+        raise OSError(error, f"cannot memory-map {path}: {os.strerror(error)}")
+    array = numpy.asarray(_Mapping(address, size, unmap_fn, path))
     array.flags.writeable = False
     return array
+
+
+def _address_of(buffer: mmap.mmap) -> int:
+    view = numpy.frombuffer(buffer, dtype=numpy.uint8)
+    address = int(view.ctypes.data)
+    del view  # releases the export: the mmap can be closed
+    return address
+
+
+def _recorded(buffer: mmap.mmap, path: object) -> mmap.mmap:
+    """``buffer``, recorded for the SIGBUS handler until it is collected or released."""
+    if len(buffer):
+        record = REPORTER.register(_address_of(buffer), len(buffer), path)
+        weakref.finalize(buffer, REPORTER.unregister, *record)
+    return buffer
 
 
 def release(buffer: Union[Buffer, bytes]) -> None:
     """Drop a mapping made by :func:`map_readonly`: unmapped now, or once the last array
     viewing it is collected (the caller just lets go of its reference)."""
-    if isinstance(buffer, mmap.mmap):
+    if isinstance(buffer, mmap.mmap) and not buffer.closed:
+        record = REPORTER.record_at(_address_of(buffer)) if len(buffer) else (-1, 0)
         try:
             buffer.close()
         except BufferError:
-            pass  # views still reference it; they keep it mapped until collected
+            return  # views still reference it; they keep it mapped until collected
+        REPORTER.unregister(*record)
 
 
 def map_array(
