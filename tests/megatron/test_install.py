@@ -207,3 +207,55 @@ def test_the_launcher_under_torchruns_environment_on_two_ranks(tmp_path):
         assert (
             f"rank {rank} of 2 tokenloom.megatron.datasets.blended_megatron_dataset_builder" in out
         )
+
+
+SUBCLASS_MODULE = """
+import numpy
+from megatron.core.datasets.gpt_dataset import MockGPTDataset
+
+class Reversed(MockGPTDataset):
+    def _query_document_sample_shuffle_indices(self, idx):
+        tokens, documents = super()._query_document_sample_shuffle_indices(idx)
+        return numpy.ascontiguousarray(tokens[::-1]), documents
+"""
+
+PICKLE_IT = r"""
+import json, pickle, sys
+import tokenloom.megatron
+tokenloom.megatron.install()
+from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
+from subclass_module import Reversed
+config = GPTDatasetConfig(random_seed=3, sequence_length=16, split="90,5,5",
+    reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
+    tokenizer={"vocab_size": 500, "eod": 0})
+train = BlendedMegatronDatasetBuilder(Reversed, [20, 2, 2], lambda: True, config).build()[0]
+with open(sys.argv[1], "wb") as handle:
+    pickle.dump(train, handle)
+print(json.dumps(train[3]["tokens"].tolist()))
+"""
+
+UNPICKLE_IT = r"""
+import json, pickle, sys
+with open(sys.argv[1], "rb") as handle:
+    train = pickle.load(handle)
+import megatron.core.datasets.gpt_dataset as gpt
+print(json.dumps({"module": gpt.__name__, "mro": [c.__module__ for c in type(train).__mro__],
+                  "tokens": train[3]["tokens"].tolist(), "type": str(type(train[3]["tokens"]))}))
+"""
+
+
+@pytest.mark.megatron
+def test_a_dataset_pickled_under_the_layer_unpickles_under_it_in_a_fresh_process(tmp_path):
+    """A spawned DataLoader worker has not called install(): the pickle calls it first,
+    so a Megatron-LM subclass of the compat GPTDataset keeps tokenloom's base there."""
+    require_megatron()
+    (tmp_path / "subclass_module.py").write_text(SUBCLASS_MODULE)
+    env = {"PYTHONPATH": f"{tmp_path}:{megatron_env()['PYTHONPATH']}"}
+    path = str(tmp_path / "train.pickle")
+    expected = run_json(PICKLE_IT, path, env=env)
+    fresh = run_json(UNPICKLE_IT, path, env=env)
+    assert fresh["tokens"] == expected
+    assert fresh["module"] == "tokenloom.megatron.datasets.gpt_dataset"
+    assert "tokenloom.datasets.gpt" in fresh["mro"]
+    assert fresh["type"] == "<class 'torch.Tensor'>"

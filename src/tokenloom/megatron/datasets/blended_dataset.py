@@ -16,6 +16,7 @@ from tokenloom.megatron.datasets.blended_megatron_dataset_config import (
 from tokenloom.megatron.datasets.megatron_dataset import MegatronDataset
 from tokenloom.megatron.datasets.utils import log_single_rank, normalize
 from tokenloom.megatron.errors import translate_errors
+from tokenloom.megatron.pickling import StaysInstalled
 
 __all__ = [
     "BlendedDataset",
@@ -32,5 +33,5 @@ _VERBOSE = False
 
 
 @translate_errors("__init__", "__getitem__", "__len__")
-class BlendedDataset(_blended.BlendedDataset):
+class BlendedDataset(StaysInstalled, _blended.BlendedDataset):
     """megatron-core's ``BlendedDataset``: ``{"dataset_id": ..., **datasets[id][sample]}``."""

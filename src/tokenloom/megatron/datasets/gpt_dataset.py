@@ -30,6 +30,7 @@ from tokenloom.megatron.datasets.object_storage_utils import (
 )
 from tokenloom.megatron.datasets.utils import Split, log_single_rank
 from tokenloom.megatron.errors import translate_errors
+from tokenloom.megatron.pickling import StaysInstalled
 from tokenloom.megatron.tensors import to_torch
 
 __all__ = [
@@ -59,7 +60,7 @@ class GPTDatasetConfig(_config.GPTDatasetConfig, BlendedMegatronDatasetConfig):
 
 
 @translate_errors(*_TRANSLATED)
-class GPTDataset(_gpt.GPTDataset):
+class GPTDataset(StaysInstalled, _gpt.GPTDataset):
     """megatron-core's ``GPTDataset``: tokenloom's, with torch tensor samples."""
 
     def __getitem__(self, idx: Optional[int]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, Optional
 
 import numpy
@@ -76,8 +76,11 @@ logger = logging.getLogger(__name__)
 
 _INDEX_HEADER = b"MMIDIDX\x00\x00"
 
-OBJECT_STORAGE_BIN_READERS = {"s3": _S3BinReader, "msc": _MultiStorageClientBinReader}
-"""The bin reader class of each object storage access (``get_object_storage_access``)."""
+OBJECT_STORAGE_BIN_READERS = MappingProxyType(
+    {"s3": _S3BinReader, "msc": _MultiStorageClientBinReader}
+)
+"""The bin reader class of each object storage access (``get_object_storage_access``);
+read-only."""
 
 
 class _IndexReader(IndexView):
