@@ -53,11 +53,20 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=3,
         metavar="N",
-        help="retries of a shard whose worker or node dies or that hits an I/O error (default 3)",
+        help="retries (0 to 100) of a shard whose worker or node dies or that hits an I/O "
+        "error (default 3)",
+    )
+    group.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --address: give up after this long when no Ray cluster answers there, "
+        "with an error naming the address (default: TOKENLOOM_RAY_CONNECT_TIMEOUT_S, else 15)",
     )
 
 
-_RAY_ONLY = ("address", "num_shards", "no_merge", "keep_shards")
+_RAY_ONLY = ("address", "num_shards", "no_merge", "keep_shards", "connect_timeout")
 
 
 def engine_from_args(args: argparse.Namespace, local: Callable[..., Any]) -> Callable[..., Any]:
@@ -70,10 +79,18 @@ def engine_from_args(args: argparse.Namespace, local: Callable[..., Any]) -> Cal
             flag = "--" + given[0].replace("_", "-")
             raise ConfigError(f"{flag} applies to --engine ray only; add --engine ray")
         return local
-    if args.max_retries < 0:
-        raise ConfigError(f"--max-retries {args.max_retries}: use 0 or more")
+    from tokenloom.preprocess.ray_engine.connect import connect_timeout_s, parse_address
     from tokenloom.preprocess.ray_engine.engine import preprocess_ray
+    from tokenloom.preprocess.ray_engine.options import check_max_retries, check_num_shards
 
+    check_num_shards(args.num_shards)  # every number is checked before anything starts
+    check_max_retries(args.max_retries)
+    keywords = {}
+    if args.connect_timeout is not None:
+        connect_timeout_s(args.connect_timeout)
+        keywords["connect_timeout_s"] = args.connect_timeout
+    if args.address is not None:
+        parse_address(args.address)
     return functools.partial(
         preprocess_ray,
         address=args.address,
@@ -81,6 +98,7 @@ def engine_from_args(args: argparse.Namespace, local: Callable[..., Any]) -> Cal
         merge=not args.no_merge,
         keep_shards=args.keep_shards,
         max_retries=args.max_retries,
+        **keywords,
     )
 
 

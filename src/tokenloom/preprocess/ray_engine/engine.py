@@ -33,6 +33,14 @@ from tokenloom.preprocess.inputs import expand_inputs
 from tokenloom.preprocess.ray_engine.cluster import ClusterInfo, import_ray, ray_cluster
 from tokenloom.preprocess.ray_engine.markers import reusable_marker, settings_fingerprint
 from tokenloom.preprocess.ray_engine.merge import merge_shards, write_prefix_list
+from tokenloom.preprocess.ray_engine.options import (
+    MAX_SHARDS,
+    check_max_retries,
+    check_num_cpus,
+    check_num_shards,
+    check_task_fits,
+    check_workers,
+)
 from tokenloom.preprocess.ray_engine.plan import Shard, plan_shards
 from tokenloom.preprocess.ray_engine.report import LiveProgress, RaySummary, inflight_tokens
 from tokenloom.preprocess.ray_engine.shard_task import ShardJob, run_shard
@@ -44,9 +52,10 @@ _SHARD_NAME = re.compile(r"^shard-\d{5}-of-(\d{5})[._]")
 
 
 def default_num_shards(cluster: ClusterInfo, total_bytes: int, cpus_per_task: int) -> int:
-    """Two shards per task slot of the cluster, more for inputs over 256 MiB a slot."""
+    """Two shards per task slot of the cluster, more for inputs over 256 MiB a slot
+    (at most 99,999, the most that shard names can number)."""
     slots = max(cluster.cpus // max(cpus_per_task, 1), 1)
-    return max(2 * slots, math.ceil(total_bytes / DEFAULT_SHARD_BYTES), 1)
+    return min(max(2 * slots, math.ceil(total_bytes / DEFAULT_SHARD_BYTES), 1), MAX_SHARDS)
 
 
 def _prepare_workdir(workdir: str, count: int) -> None:
@@ -208,6 +217,7 @@ def preprocess_ray(
     max_retries: int = 3,
     num_cpus: Optional[int] = None,
     show_progress: Optional[bool] = None,
+    connect_timeout_s: Optional[float] = None,
     **options: Any,
 ) -> RaySummary:
     """Tokenize ``inputs`` on a Ray cluster into the same files a local run writes.
@@ -216,29 +226,41 @@ def preprocess_ray(
         inputs, output_prefix, tokenizer: as :func:`tokenloom.preprocess.preprocess`.
         address: Ray cluster to use (``auto``, ``HOST:PORT``, ``ray://...``); None starts
             a private local cluster for this run (``RAY_TMPDIR`` honoured), stopped at the end.
-        num_shards: target number of shards (see :mod:`.plan`); None: two per task slot
-            of the cluster, or one per 256 MiB of input if that is more.  Pass it to make
-            a re-run on another cluster reuse the finished shards.
+        num_shards: target number of shards, 1..99999 (see :mod:`.plan`); None: two per
+            task slot of the cluster, or one per 256 MiB of input if that is more.  Pass it
+            to make a re-run on another cluster reuse the finished shards.
         merge: merge the shards into ``{output_prefix}_{key}_document``; False keeps them
             and writes ``{output_prefix}_{key}_document.prefixes`` (a blend list).
         keep_shards: keep the shard folder after merging.
-        max_retries: retries of a shard whose worker or node dies, or that hits an I/O error.
+        max_retries: retries (0..100) of a shard whose worker or node dies, or that hits
+            an I/O error.
         num_cpus: CPUs of the private cluster (None: all of this machine's).
         show_progress: live bar on stderr (None: only when stderr is a terminal).
+        connect_timeout_s: seconds to reach the cluster at ``address`` before a clear
+            error naming it (None: ``TOKENLOOM_RAY_CONNECT_TIMEOUT_S``, else 15).
         **options: every other option of the local engine (json_keys, append_eod,
             policy, workers = CPUs per task, chunk_bytes, ...), passed to it unchanged.
+
+    Every numeric option is checked before a cluster is touched
+    (:mod:`tokenloom.preprocess.ray_engine.options`).
     """
     started = time.perf_counter()
     _check_options(options)
+    num_shards = check_num_shards(num_shards)
+    max_retries = check_max_retries(max_retries)
+    num_cpus = check_num_cpus(num_cpus)
     keys = tuple(options.get("json_keys", ("text",)))
-    cpus_per_task = max(int(options.get("workers", 1)), 1)
+    cpus_per_task = check_workers(options.get("workers", 1))
     paths = expand_inputs(_file_inputs(inputs))
     tokenizer = _resolve_tokenizer(tokenizer)
     workdir = f"{os.fspath(output_prefix)}_shards"
     settings = settings_fingerprint(tokenizer, options)
-    with ray_cluster(address, num_cpus) as cluster:
+    with ray_cluster(address, num_cpus, connect_timeout_s) as cluster:
+        check_task_fits(cpus_per_task, cluster.largest_node_cpus)
         total = sum(os.path.getsize(path) for path in paths)
-        shards = plan_shards(paths, num_shards or default_num_shards(cluster, total, cpus_per_task))
+        if num_shards is None:
+            num_shards = default_num_shards(cluster, total, cpus_per_task)
+        shards = plan_shards(paths, num_shards)
         _prepare_workdir(workdir, len(shards))
         markers = {
             s.index: m
