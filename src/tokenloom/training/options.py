@@ -56,6 +56,23 @@ def check_options(options: dict[str, Any], consumed_samples: Any) -> int:
     return consumed
 
 
+class WorkerInit:
+    """A DataLoader ``worker_init_fn`` that first puts tokenloom's SIGBUS handler back on
+    top (torch installs its own in every worker; see :mod:`tokenloom.format.sigbus`), so
+    that a worker reading a ``.bin`` that shrank under its mapping names the file before
+    it dies; then calls the user's ``worker_init_fn``, if any. Picklable (spawn)."""
+
+    def __init__(self, user: Optional[Callable[[int], None]]) -> None:
+        self.user = user
+
+    def __call__(self, worker_id: int) -> None:
+        from tokenloom.format import sigbus
+
+        sigbus.install()
+        if self.user is not None:
+            self.user(worker_id)
+
+
 def loader_kwargs(
     num_workers: Any,
     pin_memory: Optional[bool],
@@ -87,7 +104,7 @@ def loader_kwargs(
         "pin_memory": torch.cuda.is_available() if pin is None else pin,
         "persistent_workers": workers > 0 if persistent is None else persistent and workers > 0,
         "timeout": seconds("timeout", timeout, threading.TIMEOUT_MAX),
-        "worker_init_fn": worker_init_fn,
+        "worker_init_fn": WorkerInit(worker_init_fn),
     }
     if workers > 0:
         kwargs["multiprocessing_context"] = multiprocessing_context
