@@ -13,9 +13,13 @@ over DP``) and, where the backend can tell, the rank that did not answer:
   which waits for all of them until the timeout and sends back a verdict (who arrived,
   who stayed silent, whose connection closed because it exited or crashed); so every
   rank that is alive raises the same error, naming the missing ranks, within about one
-  timeout (two when the first rank itself is the one missing: the others then name
-  it).  The collective itself then runs with ``async_op=True`` and is waited for with
-  the same timeout; a connection that closes during it is reported as such.
+  timeout (also when the first rank itself is the one missing: the others then name
+  it; at once for a rank that exited).  A gloo receive that times out closes every
+  connection of the group, so the first rank polls the tokens instead of waiting with
+  a timeout.  The first collective of a step passes the roll call; the collective
+  itself runs with ``async_op=True`` and is waited for with the same timeout; a
+  connection that closes during it is reported as such (the backend does not say
+  whose).
 * **other backends** (NCCL has no point-to-point failure detection worth a roll call):
   the collective runs with ``async_op=True`` and is polled until it completes or the
   timeout passes.  A collective cannot be cancelled, so the error names the group and
