@@ -77,7 +77,8 @@ class KernelLoader:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the queue and thread of background tasks
+        self._import_lock = threading.RLock()  # imports: slow, and must not block submit()
         self._modules: dict[str, Optional[ModuleType]] = {}
         self._unusable: Optional[str] = None  # why numba cannot run, once known
         self._warned = False
@@ -102,7 +103,7 @@ class KernelLoader:
         module = self._modules.get(name)
         if module is not None or name in self._modules:
             return module
-        with self._lock:
+        with self._import_lock:
             if name not in self._modules:
                 self._modules[name] = self._import(name)
             return self._modules[name]
@@ -142,7 +143,7 @@ class KernelLoader:
 
     def clear(self) -> None:
         """Forget loaded modules and a failed numba import (the next ``get`` retries)."""
-        with self._lock:
+        with self._import_lock:
             self._modules.clear()
             self._unusable = None
             self._warned = False
