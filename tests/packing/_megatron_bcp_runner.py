@@ -31,6 +31,24 @@ class Group:
         return self._size
 
 
+def linear(seq_len, cp_size=None):
+    """A stand-in cost model: work grows with the length only."""
+    return float(seq_len) / (cp_size or 1)
+
+
+def one_round(scheduler, items, case) -> dict:
+    """``next_hdp_group`` on the length-sorted items, with a chosen estimator and order."""
+    ordered = sorted(items, key=lambda item: item[1], reverse=True)
+    estimator = linear if case["estimator"] == "linear" else scheduler.get_total_workload
+    try:
+        seqlens, leftovers, times, ids = scheduler.next_hdp_group(
+            ordered, estimator, case["dp_cp_size"], strategy=case["strategy"]
+        )
+    except Exception as error:  # noqa: BLE001 - recorded for the test
+        return {"error": type(error).__name__}
+    return {"round": [seqlens, [list(x) for x in leftovers], times, ids]}
+
+
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     out = []
@@ -38,6 +56,9 @@ def main() -> None:
         scheduler = BalancedCPScheduler(case["max_seq_len_per_rank"], Group(case["dp_cp_size"]))
         items = [tuple(x) for x in case["sample_id_seqlens"]]
         start = time.perf_counter()
+        if "strategy" in case:  # one round, megatron-core's next_hdp_group arguments
+            out.append(one_round(scheduler, items, case))
+            continue
         try:
             seqlens, ids = scheduler.get_groups_and_subsamples(items, None)
             out.append(

@@ -181,3 +181,39 @@ def test_build_pg_collection_without_distributed() -> None:
     assert all(getattr(pg, k).size() == 1 for k in ("tp", "cp", "dp", "dp_cp", "pp"))
     with pytest.raises(ConfigError, match="init_process_group"):
         build_pg_collection(4, 2)
+
+
+def test_hybrid_cp_wrapper_calls_megatrons_step_methods_that_a_subclass_overrides() -> None:
+    """megatron-core's ``__next__`` calls get_global_seqlens, get_global_id_seqlens,
+    unpack_batch and reroute_samples_to_hdp_ranks on ``self``; so does tokenloom's."""
+    calls = []
+
+    class Recording(HybridCPDataLoaderWrapper):
+        def get_global_seqlens(self, subsample_seqlens):
+            calls.append(("seqlens", subsample_seqlens.tolist()))
+            return super().get_global_seqlens(subsample_seqlens)
+
+        def get_global_id_seqlens(self, num_local_subsamples, offsets, seqlens_gathered):
+            calls.append(("ids", num_local_subsamples, offsets.tolist(), seqlens_gathered))
+            return super().get_global_id_seqlens(num_local_subsamples, offsets, seqlens_gathered)
+
+        def unpack_batch(self, batch):
+            pieces = super().unpack_batch(batch)
+            calls.append(("unpack", [len(p["tokens"]) for p in pieces]))
+            return pieces
+
+        def reroute_samples_to_hdp_ranks(self, batch, ids, id_seqlens, groups, offsets):
+            calls.append(("reroute", ids.tolist()))
+            return super().reroute_samples_to_hdp_ranks(batch, ids, id_seqlens, groups, offsets)
+
+    packed = {"tokens": torch.arange(10), "cu_seqlens": torch.tensor([0, 3, 3, 10])}
+    wrapper = Recording(iter([[packed]]), SimpleNamespace(max_seqlen_per_dp_cp_rank=16), PG)
+    samples, groups = next(wrapper)
+    assert calls == [
+        ("seqlens", [3, 7]),
+        ("ids", 2, [0], [3, 7]),
+        ("unpack", [3, 7]),
+        ("reroute", [0, 1]),
+    ]
+    assert sorted(samples) == [0, 1] and samples[1]["tokens"].tolist() == list(range(3, 10))
+    assert sum(len(ids) for microbatch in groups for ids in microbatch) == 2

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Optional
 
 from tokenloom.errors import ConfigError, PackingError
@@ -33,6 +33,8 @@ from tokenloom.packing.groups import group_size
 
 Item = tuple[Hashable, int]
 Groups = list[list[list[Any]]]
+Estimator = Callable[..., float]
+"""``compute_estimator(seq_len[, cp_size])``: the modelled work of one sequence."""
 
 
 class _Round:
@@ -118,22 +120,28 @@ class BalancedCPScheduler:
         seqlen_groups: Groups = []
         sample_id_groups: Groups = []
         while pending:
-            seqlens, pending, _, ids = self.next_hdp_group(pending, self.total_hdp_gpus)
+            seqlens, pending, _, ids = self.next_hdp_group(
+                pending, self.get_total_workload, self.total_hdp_gpus
+            )
             seqlen_groups.append(list(seqlens))
             sample_id_groups.append(list(ids))
         return seqlen_groups, sample_id_groups
 
     # -- one round -------------------------------------------------------------------
 
-    def make_buckets_equal(self, items: Sequence[Item]) -> list[deque[Item]]:
-        """Cut the sorted items into one run of similar total work per distinct rank count."""
+    def make_buckets_equal(
+        self, sample_seqlens: Sequence[Item], compute_estimator: Estimator
+    ) -> list[deque[Item]]:
+        """Cut the sorted ``(id, length)`` items into one run of similar total work (as
+        ``compute_estimator(length[, cp_size])`` models it) per distinct rank count."""
+        items = sample_seqlens
         k = len({self.gpus_needed(n) for _, n in items})
-        target = sum(self.get_total_workload(n, self.gpus_needed(n)) for _, n in items) / k
+        target = sum(compute_estimator(n, self.gpus_needed(n)) for _, n in items) / k
         buckets: list[deque[Item]] = []
         current: list[Item] = []
         current_work, remaining_k = 0.0, k
         for i, item in enumerate(items):
-            work = self.get_total_workload(item[1])
+            work = compute_estimator(item[1])
             closing = current_work + work > target * 1.1 or len(items) - i <= remaining_k - len(
                 buckets
             )
@@ -148,32 +156,47 @@ class BalancedCPScheduler:
         return buckets
 
     def next_hdp_group(
-        self, items: list[Item], total_gpus: int, delta: float = 0.05
+        self,
+        sample_seqlens: list[Item],
+        compute_estimator: Estimator,
+        total_gpus: int,
+        delta: float = 0.05,
+        strategy: str = "dp",
+        eps_bucket: float = 0.10,
     ) -> tuple[list[list[int]], list[Item], list[float], list[list[Hashable]]]:
-        """Schedule one microbatch; return ``(seqlens, leftovers, exec_times, sample_ids)``."""
-        state = _Round(total_gpus)
+        """Schedule one microbatch; return ``(seqlens, leftovers, exec_times, sample_ids)``.
+
+        ``strategy="dp"`` scans the buckets from the first for a sequence that fits,
+        ``"pp"`` round-robin from the bucket after the last one used (megatron-core's
+        two orders); ``eps_bucket`` is accepted and unused, as in megatron-core."""
+        if strategy not in ("dp", "pp"):
+            raise ConfigError(f"strategy={strategy!r}: must be 'dp' or 'pp'")
+        items, state = sample_seqlens, _Round(total_gpus)
         if not items:
             return state.seqlens, [], state.times, state.ids
-        buckets = self.make_buckets_equal(items)
+        buckets = self.make_buckets_equal(items, compute_estimator)
         first_needed: Optional[int] = None
-        check_balance = False
+        check_balance, cursor = False, 0
         while buckets:
-            picked = self._pick(buckets, state)
+            picked = self._pick(buckets, state, cursor if strategy == "pp" else None)
             if picked is None:
                 break
             bucket_index, (sample_id, seqlen) = picked
+            if strategy == "pp":
+                cursor = (bucket_index + 1) % len(buckets)
             needed = self.gpus_needed(seqlen)
             first_needed = needed if first_needed is None else first_needed
-            self._place(state, sample_id, seqlen, needed)
+            self._place(state, sample_id, seqlen, needed, compute_estimator(seqlen))
             buckets[bucket_index].popleft()
             while buckets and not buckets[0]:
                 buckets.pop(0)
+                cursor %= max(1, len(buckets))
             check_balance = check_balance or needed < first_needed
             high = max(state.times)
             if check_balance and buckets and high - min(state.times) <= delta * high:
                 break
         leftovers = [item for bucket in buckets for item in bucket]
-        self._trim_overload(state, leftovers, delta)
+        self._trim_overload(state, leftovers, delta, compute_estimator)
         before = sum(len(s) for s in state.seqlens)
         self._fill_empty(state)
         if sum(len(s) for s in state.seqlens) < before:
@@ -183,9 +206,14 @@ class BalancedCPScheduler:
             )
         return state.seqlens, leftovers, state.times, state.ids
 
-    def _pick(self, buckets: list[deque[Item]], state: _Round) -> Optional[tuple[int, Item]]:
-        """First bucket head that fits an existing group or enough free ranks."""
-        for index, bucket in enumerate(buckets):
+    def _pick(
+        self, buckets: list[deque[Item]], state: _Round, cursor: Optional[int]
+    ) -> Optional[tuple[int, Item]]:
+        """First bucket head (from bucket 0, or round-robin from ``cursor``) that fits an
+        existing group or enough free ranks."""
+        start = 0 if cursor is None else cursor
+        for index in [(start + i) % len(buckets) for i in range(len(buckets))]:
+            bucket = buckets[index]
             if not bucket:
                 continue
             needed = self.gpus_needed(bucket[0][1])
@@ -193,7 +221,9 @@ class BalancedCPScheduler:
                 return index, bucket[0]
         return None
 
-    def _place(self, state: _Round, sample_id: Hashable, seqlen: int, needed: int) -> None:
+    def _place(
+        self, state: _Round, sample_id: Hashable, seqlen: int, needed: int, cost: float
+    ) -> None:
         """Put a sequence on the least-loaded matching group, or on fresh free ranks."""
         best_gid: Optional[int] = None
         best_load = float("inf")
@@ -211,13 +241,14 @@ class BalancedCPScheduler:
                     state.owner[r] = best_gid
         if best_gid is None:
             raise PackingError(f"no ranks for sample {sample_id!r} of length {seqlen}")
-        cost = self.get_total_workload(seqlen)
         for r in state.members[best_gid]:
             state.seqlens[r].append(seqlen)
             state.times[r] += cost
             state.ids[r].append(sample_id)
 
-    def _trim_overload(self, state: _Round, leftovers: list[Item], delta: float) -> None:
+    def _trim_overload(
+        self, state: _Round, leftovers: list[Item], delta: float, compute_estimator: Estimator
+    ) -> None:
         """Take the last sequence off the most loaded group while that reduces the slack."""
         while True:
             high, low = max(state.times), min(state.times)
@@ -229,7 +260,7 @@ class BalancedCPScheduler:
             if gid is None or len(state.seqlens[top]) <= 1:
                 return
             seqlen = state.seqlens[top][-1]
-            cost = self.get_total_workload(seqlen)
+            cost = compute_estimator(seqlen)
             projected = state.times[:]
             for r in state.members[gid]:
                 projected[r] -= cost

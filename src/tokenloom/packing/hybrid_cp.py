@@ -8,6 +8,9 @@ Each ``next()``:
 3. schedules them with :class:`BalancedCPScheduler` (identical on every rank);
 4. reroutes each sub-sample to the DP x CP ranks that run it with all-to-all.
 
+Each step is megatron-core's method of the same name (``get_global_seqlens``,
+``get_global_id_seqlens``, ``unpack_batch``, ``reroute_samples_to_hdp_ranks``), called
+by ``__next__`` as megatron-core's calls them, so a subclass may override any of them.
 It returns ``(samples, sample_id_groups)``: ``samples`` maps each global id this rank
 takes part in to ``{key: tensor}`` (a slice of the source sample, whole on every rank
 that shares it; the ``cu_seqlens``, ``max_seqlen`` and ``batch_idx`` keys are dropped),
@@ -25,7 +28,7 @@ from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError, PackingError
 from tokenloom.packing._comm import Route, gather_lengths, reroute, resolve_device
 from tokenloom.packing.balanced_cp import BalancedCPScheduler, Groups
-from tokenloom.packing.groups import group_size, require_groups
+from tokenloom.packing.groups import group_rank, group_size, require_groups
 
 DROPPED_KEYS = ("cu_seqlens", "batch_idx", "max_seqlen")
 
@@ -87,11 +90,15 @@ class HybridCPDataLoaderWrapper:
         self.device = resolve_device(device, self.dp_cp_group)
         self.batches = 0
         """Batches handed out so far (errors of a collective name the batch)."""
+        self.dtypes: dict[str, torch.dtype] = {}
+        """The keys rerouted and their dtypes (of the current batch's first sample)."""
 
     def __iter__(self) -> HybridCPDataLoaderWrapper:
         return self
 
     def __next__(self) -> tuple[Optional[dict[int, dict[str, torch.Tensor]]], Optional[Groups]]:
+        """megatron-core's steps, each a method a subclass may override: gather the
+        sub-sample lengths, number them, schedule, unpack, reroute."""
         if self.data_iterator is None:
             return None, None
         batch = next(self.data_iterator)
@@ -100,17 +107,69 @@ class HybridCPDataLoaderWrapper:
                 f"each item of the data iterator must be a non-empty list of "
                 f"packed samples, got {type(batch).__name__}"
             )
-        pieces = split_packed(list(batch))
         self.batches += 1
-        step = f"HybridCPDataLoaderWrapper, batch {self.batches}"
-        lengths, offsets = gather_lengths([n for n, _ in pieces], self.dp_group, self.device, step)
-        global_id_seqlens = [(gid, n) for gid, n in enumerate(lengths)]
+        self.dtypes = {k: v.dtype for k, v in batch[0].items() if k not in DROPPED_KEYS}
+        lengths = [n for n, _ in split_packed(list(batch))]
+        subsample_seqlens = torch.tensor(lengths, dtype=torch.int32)
+        seqlens_gathered, offsets = self.get_global_seqlens(subsample_seqlens)
+        global_id_seqlens, global_ids_this_rank = self.get_global_id_seqlens(
+            len(lengths), offsets, seqlens_gathered
+        )
         _, sample_id_groups = self.cp_balancing_scheduler.get_groups_and_subsamples(
             global_id_seqlens, self.config
         )
-        route = Route(sample_id_groups, offsets, self.dp_group, self.dp_cp_group)
-        first = offsets[route.my_dp]
-        local = {first + i: piece for i, (_, piece) in enumerate(pieces)}
-        dtypes = {k: v.dtype for k, v in batch[0].items() if k not in DROPPED_KEYS}
-        samples = reroute(local, lengths, route, self.dp_cp_group, self.device, dtypes, step)
+        samples = self.reroute_samples_to_hdp_ranks(
+            self.unpack_batch(batch),
+            global_ids_this_rank,
+            global_id_seqlens,
+            sample_id_groups,
+            offsets,
+        )
         return samples, sample_id_groups
+
+    def _step(self) -> str:
+        return f"HybridCPDataLoaderWrapper, batch {self.batches}"
+
+    def get_global_seqlens(self, subsample_seqlens: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+        """Every DP rank's non-empty sub-sample lengths, DP rank 0 first, and the offset
+        (int32 tensor) where each DP rank's sub-samples start."""
+        lengths, bounds = gather_lengths(
+            [int(n) for n in subsample_seqlens.reshape(-1).tolist()],
+            self.dp_group,
+            self.device,
+            self._step(),
+        )
+        return lengths, torch.tensor(bounds[:-1], dtype=torch.int32)
+
+    def get_global_id_seqlens(
+        self, num_local_subsamples: int, offsets: Any, seqlens_gathered: list[int]
+    ) -> tuple[list[tuple[int, int]], torch.Tensor]:
+        """``([(global id, length)], global ids of this rank's own sub-samples)``."""
+        first = int(
+            list(offsets)[group_rank(self.dp_group) if group_size(self.dp_group) > 1 else 0]
+        )
+        global_id_seqlens = [(gid, int(n)) for gid, n in enumerate(seqlens_gathered)]
+        mine = torch.arange(first, first + int(num_local_subsamples), dtype=torch.int32)
+        return global_id_seqlens, mine
+
+    def unpack_batch(self, batch: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
+        """The non-empty sub-samples of the packed samples, in order (``cu_seqlens``,
+        ``max_seqlen`` and ``batch_idx`` dropped)."""
+        return [piece for _, piece in split_packed(list(batch))]
+
+    def reroute_samples_to_hdp_ranks(
+        self,
+        batch: list[dict[str, torch.Tensor]],
+        global_ids_this_rank: Any,
+        global_id_seqlens: list[tuple[int, int]],
+        sample_id_groups: Groups,
+        offsets: Any,
+    ) -> dict[int, dict[str, torch.Tensor]]:
+        """Send each sub-sample to the DP x CP ranks the schedule puts it on; return
+        ``{global id: sub-sample}`` of this rank's."""
+        bounds = [int(o) for o in list(offsets)] + [len(global_id_seqlens)]
+        route = Route(sample_id_groups, bounds, self.dp_group, self.dp_cp_group)
+        local = {int(g): piece for g, piece in zip(list(global_ids_this_rank), batch)}
+        lengths = [n for _, n in global_id_seqlens]
+        dtypes = self.dtypes or {k: v.dtype for k, v in batch[0].items()}
+        return reroute(local, lengths, route, self.dp_cp_group, self.device, dtypes, self._step())
