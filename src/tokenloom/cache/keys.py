@@ -36,14 +36,18 @@ from typing import Optional
 
 import numpy
 
-from tokenloom.attributes import has_attribute, read_attribute
+from tokenloom.attributes import read_attribute
 
 __all__ = ["CacheKey", "array_digest", "describe", "description_hash", "json_scalar"]
 
 
+_ABSENT = object()
+
+
 def _jsonable(obj: object) -> object:
-    if has_attribute(obj, "unique_identifiers"):
-        return obj.unique_identifiers
+    identifiers = read_attribute(obj, "unique_identifiers", _ABSENT)
+    if identifiers is not _ABSENT:
+        return identifiers
     if isinstance(obj, Enum):
         return obj.name
     if isinstance(obj, numpy.generic):

@@ -26,7 +26,7 @@ class _Install:
         return install, ()
 
 
-def _rebuild(_installed: None, cls: type, state: Any) -> Any:
+def _rebuild(_installed: None, cls: Any, state: Any) -> Any:
     """The object of class ``cls`` with ``state`` (after the install step ran)."""
     obj = cls.__new__(cls)
     setstate = read_attribute(obj, "__setstate__", None)

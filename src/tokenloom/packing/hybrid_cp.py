@@ -119,7 +119,7 @@ class HybridCPDataLoaderWrapper:
             global_id_seqlens, self.config
         )
         samples = self.reroute_samples_to_hdp_ranks(
-            self.unpack_batch(batch),
+            self.unpack_batch(list(batch)),
             global_ids_this_rank,
             global_id_seqlens,
             sample_id_groups,

@@ -55,8 +55,8 @@ class MockMultimodalDataset(MockGPTDataset):
         """Sample ``idx`` with ``image``, through ``config.preprocess_func``."""
         import torch
 
+        config: Any = self.config
         sample = super().__getitem__(idx)
-        sample["image"] = torch.zeros(
-            (3, self.config.image_h, self.config.image_w), dtype=torch.float32
-        )
-        return self.config.preprocess_func(sample)
+        sample["image"] = torch.zeros((3, config.image_h, config.image_w), dtype=torch.float32)
+        result: dict[str, Any] = config.preprocess_func(sample)
+        return result
