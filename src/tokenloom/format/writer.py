@@ -165,10 +165,11 @@ class IndexedDatasetBuilder:
                 f"0..{_INT32_MAX}, got {lengths.min()}..{lengths.max()}"
             )
 
-    def add_item(self, tokens: object, mode: int = 0) -> None:
-        """Append one sequence to the current document (tokens as in the class docstring;
-        megatron-core's ``add_item`` needs a torch tensor, this one takes any of them)."""
-        array = self._tokens(tokens, "add_item")
+    def add_item(self, tensor: object, mode: int = 0) -> None:
+        """Append one sequence to the current document: ``tensor`` holds its tokens (any
+        form of the class docstring; megatron-core's ``add_item`` needs a torch tensor,
+        this one takes any of them; the argument names are megatron-core's)."""
+        array = self._tokens(tensor, "add_item")
         if array.shape[0] > _INT32_MAX:
             raise FormatError(
                 f"{self.bin_path}: add_item: a sequence of {array.shape[0]} tokens "
@@ -199,11 +200,11 @@ class IndexedDatasetBuilder:
             )
         return array, counts
 
-    def add_document(self, tokens: object, lengths: object, modes: object = None) -> None:
-        """Append one whole document: ``tokens`` split into sequences of ``lengths``
+    def add_document(self, tensor: object, lengths: object, modes: object = None) -> None:
+        """Append one whole document: its tokens ``tensor`` split into sequences of ``lengths``
         (tokens, lengths and modes as in the class docstring; the lengths must add up
         to the number of tokens)."""
-        array, counts = self._tokens_and_lengths(tokens, lengths, "add_document")
+        array, counts = self._tokens_and_lengths(tensor, lengths, "add_document")
         mode_array = self._modes_for(modes, counts.shape[0], "add_document")
         self._write(array.data.cast("B"))
         self._lengths.extend(counts)
