@@ -6,7 +6,11 @@ finished publish leaves nothing in the folder but the files it published.
 * ``DIR/.NAME.publish-journal`` (``NAME`` = the prefix's basename): a JSON list of
   ``[temporary, final]`` renames, written atomically (temporary + fsync + rename) once
   every temporary file is complete and fsynced.  Writing it is the commit point; it is
-  deleted once every rename is done.
+  deleted once every rename is done.  Anyone who can create a file in ``DIR`` could
+  forge one, so a journal is checked whole before any rename
+  (:mod:`tokenloom.format.publish_journal`): plain names of ``DIR`` only, finals that
+  are the prefix's own files, temporaries named and owned as the writer makes them;
+  anything else is a FormatError naming the journal and the entry.
 * ``DIR/.tokenloom-publish.lock``: the writers' lock of the directory.  A writer (or a
   repair) creates it, holds it exclusively for its whole publish and deletes it while
   still holding it: it exists only while a publish runs, or after a crash in one.
@@ -72,13 +76,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Optional
 
 from tokenloom.atomic import atomic_write_bytes, fsync_dir, fsync_path, temporary_sibling
 from tokenloom.errors import FormatError, OutputError, PublishTimeoutError, TokenloomError
+from tokenloom.format import publish_journal
 from tokenloom.format.publish_locks import (
     READ_ONLY_ERRORS,
     Deadline,
@@ -86,11 +90,8 @@ from tokenloom.format.publish_locks import (
     acquire_directory,
     release,
 )
-from tokenloom.untrusted_json import read_json_file
 
 LOCK_NAME = ".tokenloom-publish.lock"
-_JOURNAL_SUFFIX = ".publish-journal"
-_JOURNAL_FORMAT = "tokenloom-publish-journal/1"
 
 
 def default_timeout() -> float:
@@ -117,7 +118,7 @@ def lock_path(prefix: str) -> str:
 def journal_path(prefix: str) -> str:
     """The journal of an unfinished publish of ``prefix`` (absent when none)."""
     folder, name = os.path.split(os.path.abspath(prefix))
-    return os.path.join(folder, f".{name}{_JOURNAL_SUFFIX}")
+    return os.path.join(folder, publish_journal.journal_name(name))
 
 
 def _index_path(prefix: str) -> str:
@@ -143,7 +144,7 @@ def _replacing(prefix: str, deadline: Deadline) -> Iterator[bool]:
     """Under the directory's writer lock: hold the current ``.idx`` and the directory
     itself exclusively, with any earlier journal of ``prefix`` rolled forward; yields
     whether there was one."""
-    journal, index, rolled = journal_path(prefix), _index_path(prefix), False
+    index, rolled = _index_path(prefix), False
     while True:
         try:
             fd = acquire(index, True, deadline, writable=True)
@@ -157,7 +158,7 @@ def _replacing(prefix: str, deadline: Deadline) -> Iterator[bool]:
             release(fd)
             raise
         try:
-            if not _roll_forward(journal):
+            if not _roll_forward(prefix):
                 break
         except BaseException:
             release(folder)
@@ -173,35 +174,15 @@ def _replacing(prefix: str, deadline: Deadline) -> Iterator[bool]:
         release(fd)
 
 
-def _read_journal(path: str) -> list[tuple[str, str]]:
-    folder = os.path.dirname(path)
-    try:
-        # bounded: a journal too large, too deep or not a regular file is unreadable
-        record = read_json_file(path, what="publish journal", max_bytes=1 << 20, max_depth=8)
-        if record.get("format") != _JOURNAL_FORMAT:
-            raise ValueError(f"format {record.get('format')!r}")
-        return [
-            (os.path.join(folder, tmp), os.path.join(folder, final))
-            for tmp, final in record["moves"]
-        ]
-    except FileNotFoundError:
-        return []
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise FormatError(
-            f"{path}: publish journal is unreadable ({error}); it was not written "
-            "by tokenloom: delete it and rewrite the dataset"
-        ) from None
-
-
-def _roll_forward(path: str) -> bool:
-    moves = _read_journal(path)
-    if not moves and not os.path.exists(path):
+def _roll_forward(prefix: str) -> bool:
+    """Carry out the journal of ``prefix``, if any (checked first: see
+    :mod:`tokenloom.format.publish_journal`); True when there was one."""
+    path = journal_path(prefix)
+    moves = publish_journal.read(path, os.path.basename(os.path.abspath(prefix)))
+    if moves is None:
         return False
-    for tmp, final in moves:
-        if os.path.lexists(tmp):
-            os.replace(tmp, final)
-    for folder in {os.path.dirname(final) for _, final in moves}:
-        fsync_dir(os.path.join(folder, "x"))
+    publish_journal.carry_out(path, moves)
+    fsync_dir(path)
     os.unlink(path)
     fsync_dir(path)
     return True
@@ -275,35 +256,39 @@ def reading(prefix: str, timeout: Optional[float] = None) -> Iterator[None]:
         release(fd)
 
 
-def _relative(folder: str, path: str) -> str:
-    path = os.path.abspath(path)
-    if os.path.dirname(path) == folder:
-        return os.path.basename(path)
-    return path  # os.path.join(folder, absolute) gives the absolute path back
-
-
 def publish_pair(
     prefix: str, moves: Sequence[tuple[str, str]], timeout: Optional[float] = None
 ) -> None:
     """Rename every finished ``(temporary, final)`` file into place as one publish.
 
-    The temporaries must be complete and fsynced, and on the same filesystem as their
-    final names (siblings, as :func:`~tokenloom.atomic.temporary_sibling` makes them).
-    Afterwards nothing but the published files is left in the folder."""
+    The temporaries must be complete and fsynced, and made by
+    :func:`~tokenloom.atomic.temporary_sibling` of their final names.  The files of the
+    prefix (``PREFIX.bin``, ``PREFIX.idx``, ``PREFIX`` + a sidecar suffix) change all at
+    once; a final elsewhere (a ``.bin`` given another name or folder) is renamed on its
+    own first.  Afterwards nothing but the published files is left in the folder."""
     journal = journal_path(prefix)
-    folder = os.path.dirname(journal)
-    record = {
-        "format": _JOURNAL_FORMAT,
-        "moves": [[_relative(folder, tmp), _relative(folder, final)] for tmp, final in moves],
-    }
+    folder, name = os.path.split(os.path.abspath(prefix))
+    entries, alone = [], []
+    for tmp, final in moves:
+        entry = publish_journal.entry(folder, name, tmp, final)
+        if entry is None:
+            alone.append((tmp, final))
+        else:
+            entries.append(entry)
     deadline = _deadline(timeout)
     with _directory_locked(prefix, deadline):
         with _replacing(prefix, deadline):
+            for tmp, final in alone:
+                try:
+                    os.replace(tmp, final)
+                except OSError as error:
+                    raise output_error(final, error) from None
+                fsync_dir(final)
             try:  # the commit point; failing here leaves the old set (the caller discards)
-                atomic_write_bytes(journal, json.dumps(record).encode("utf-8"))
+                atomic_write_bytes(journal, publish_journal.encode(entries))
             except OSError as error:
                 raise output_error(journal, error) from None
-            _roll_forward(journal)
+            _roll_forward(prefix)
 
 
 def write_temporaries(prefix: str, extra_files: Mapping[str, bytes]) -> list[tuple[str, str]]:
@@ -312,15 +297,10 @@ def write_temporaries(prefix: str, extra_files: Mapping[str, bytes]) -> list[tup
     moves: list[tuple[str, str]] = []
     try:
         for suffix, data in extra_files.items():
-            if (
-                not isinstance(suffix, str)
-                or not suffix
-                or "/" in suffix
-                or suffix in (".bin", ".idx")
-            ):
+            if not publish_journal.sidecar_suffix_ok(suffix):
                 raise FormatError(
-                    f"{prefix}: extra file suffix {suffix!r}: use a suffix such as "
-                    "'.json' (not '.bin'/'.idx', no '/')"
+                    f"{prefix}: extra file suffix {suffix!r}: use one dot and then letters, "
+                    "digits, '_' or '-', such as '.json' (not '.bin'/'.idx')"
                 )
             final = f"{prefix}{suffix}"
             tmp = temporary_sibling(final)
