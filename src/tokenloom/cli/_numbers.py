@@ -32,10 +32,12 @@ class Bound:
     integer: bool = True
     low_open: bool = False
     """``low`` itself is refused (``> low`` rather than ``>= low``)."""
+    allow_inf: bool = False
+    """``+inf`` is meaningful (a float option; its ``--help`` says what it means)."""
 
     def range_text(self) -> str:
         """The valid range in words, e.g. ``an integer >= 1``."""
-        kind = "an integer" if self.integer else "a finite number"
+        kind = "an integer" if self.integer else "a number" if self.allow_inf else "a finite number"
         parts = []
         if self.low is not None:
             parts.append(f"{'>' if self.low_open else '>='} {self.low:g}")
@@ -52,7 +54,8 @@ class Bound:
         elif self.integer:
             ok = isinstance(value, numbers.Integral) and _within(self, value)
         else:
-            ok = _finite(value) and _within(self, value)
+            infinite = self.allow_inf and value == math.inf
+            ok = (_finite(value) or infinite) and _within(self, value)
         if ok:
             return None
         return f"{self.flag} {value!r}: must be {self.range_text()}"

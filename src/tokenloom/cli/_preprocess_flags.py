@@ -71,7 +71,7 @@ def add_megatron_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="P",
-        help="deal records round-robin into P parts (an integer >= 1), concatenated in "
+        help="deal records round-robin into P parts (1..1024), concatenated in "
         "part order (Megatron's document order)",
     )
     group.add_argument(

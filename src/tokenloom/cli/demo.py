@@ -16,6 +16,7 @@ import platform
 import time
 
 from tokenloom.attributes import read_attribute
+from tokenloom.cli._numbers import Bound, check_numbers
 
 DESCRIPTION = """\
 Run the whole tokenloom pipeline on real text, offline, in well under a minute:
@@ -49,21 +50,21 @@ def register(subparsers) -> None:
         type=int,
         default=300,
         metavar="N",
-        help="standard-library modules to read (default 300)",
+        help="standard-library modules to read (default 300; more than there are: all)",
     )
     parser.add_argument(
         "--vocab-size",
         type=int,
         default=8000,
         metavar="V",
-        help="BPE vocabulary size (default 8000)",
+        help="BPE vocabulary size, 258..1000000 (default 8000)",
     )
     parser.add_argument(
         "--train-mb",
         type=float,
         default=3.0,
         metavar="MB",
-        help="text the tokenizer is trained on (default 3 MB)",
+        help="text the tokenizer is trained on (default 3 MB; inf: all of it)",
     )
     parser.add_argument(
         "--sequence-length",
@@ -77,19 +78,24 @@ def register(subparsers) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="preprocess worker processes (default 1)",
+        help="preprocess worker processes, 1..1024 (default 1)",
     )
     parser.set_defaults(func=run)
 
 
-def _check(args) -> None:
-    from tokenloom.errors import ConfigError
+BOUNDS = (
+    Bound("max_files", "--max-files", 1),
+    Bound("vocab_size", "--vocab-size", 258, 1_000_000),
+    Bound("train_mb", "--train-mb", 0, integer=False, low_open=True, allow_inf=True),
+    Bound("sequence_length", "--sequence-length", 1, 2**31 - 1),
+    Bound("workers", "--workers", 1, 1024),
+)
+"""Every numeric option of ``demo``: a byte-level BPE needs 258 ids (256 bytes and its
+special tokens), and its trainer allocates for the whole vocabulary up front."""
 
-    for name in ("max_files", "vocab_size", "sequence_length", "workers"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)}: use 1 or more")
-    if args.train_mb <= 0:
-        raise ConfigError(f"--train-mb {args.train_mb}: use a positive size")
+
+def _check(args) -> None:
+    check_numbers(args, BOUNDS)
 
 
 def run(args) -> int:

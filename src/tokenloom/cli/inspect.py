@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Any, Optional
 
+from tokenloom.cli._numbers import Bound, check_numbers
 from tokenloom.errors import ConfigError, FormatError
 
 _DESCRIPTION = """\
@@ -59,7 +60,10 @@ def register(subparsers) -> argparse.ArgumentParser:
         "prefixes", nargs="+", metavar="PREFIX", help="dataset paths without .bin/.idx"
     )
     parser.add_argument(
-        "--vocab-size", type=int, metavar="N", help="also check that every token id is below N"
+        "--vocab-size",
+        type=int,
+        metavar="N",
+        help="also check that every token id is below N (an integer >= 1)",
     )
     parser.add_argument(
         "--show",
@@ -67,7 +71,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="print the first N documents decoded (with a tokenizer), else "
-        "the token ids of the first N sequences",
+        "the token ids of the first N sequences (N >= 0; default 0: none)",
     )
     parser.add_argument(
         "--tokenizer",
@@ -79,7 +83,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         type=int,
         default=32,
         metavar="K",
-        help="with --show and no tokenizer: at most K ids per sequence (default 32)",
+        help="with --show and no tokenizer: at most K ids per sequence (K >= 1, default 32)",
     )
     parser.add_argument(
         "--show-chars",
@@ -98,8 +102,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         type=int,
         default=20_000_000,
         metavar="T",
-        help="token frequencies count at most T tokens per PREFIX, in "
-        "blocks spread over the file (default 20,000,000)",
+        help="token frequencies count at most T tokens per PREFIX (T >= 1), in "
+        "blocks spread over the file (default 20,000,000; above the file's size: all)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.set_defaults(func=run)
@@ -301,11 +305,18 @@ def _plot(args: argparse.Namespace) -> dict:
             dataset.close()
 
 
+BOUNDS = (
+    Bound("vocab_size", "--vocab-size", 1),
+    Bound("show", "--show", 0),
+    Bound("show_tokens", "--show-tokens", 1),
+    Bound("show_chars", "--show-chars", 0),
+    Bound("plot_max_tokens", "--plot-max-tokens", 1),
+)
+"""Every numeric option of ``inspect``; a value above the data's size means "all"."""
+
+
 def _check_args(args: argparse.Namespace) -> None:
-    if args.vocab_size is not None and args.vocab_size < 1:
-        raise ConfigError(f"--vocab-size {args.vocab_size}: must be at least 1")
-    if args.plot_max_tokens < 1:
-        raise ConfigError(f"--plot-max-tokens {args.plot_max_tokens}: must be at least 1")
+    check_numbers(args, BOUNDS)
     if args.tokenizer and not args.show:
         raise ConfigError("--tokenizer decodes the documents that --show N prints: add --show N")
 

@@ -7,9 +7,9 @@ Megatron's bytes (see :mod:`tokenloom.cli._preprocess_flags`).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 
+from tokenloom.cli._numbers import Bound, check_numbers
 from tokenloom.cli._preprocess_flags import (
     SuggestingParser,
     add_megatron_flags,
@@ -68,6 +68,24 @@ examples:
       --tokenizer-type HuggingFaceTokenizer --tokenizer-model ./llama-tokenizer --append-eod
   tokenloom preprocess --input 'data/*.parquet' --output-prefix out/pq --tokenizer hf:tok.json
 """
+
+
+MAX_WORKERS = 1024
+"""The most ``--workers``: each is a process (more than the cores only oversubscribe)."""
+MAX_PARTITIONS = 1024
+"""The most ``--partitions``: each keeps an output pair per key open until the end."""
+MAX_CHUNK_MB = 4096
+"""The largest ``--chunk-mb``: a batch is held in memory (several, with workers)."""
+
+BOUNDS = (
+    Bound("workers", "--workers", 1, MAX_WORKERS),
+    Bound("chunk_mb", "--chunk-mb", 0, MAX_CHUNK_MB, integer=False, low_open=True),
+    Bound("vocab_size", "--vocab-size", 1),
+    Bound("tiktoken_num_special_tokens", "--tiktoken-num-special-tokens", 0),
+    Bound("partitions", "--partitions", 1, MAX_PARTITIONS),
+    Bound("log_interval", "--log-interval", 1),
+)
+"""Every numeric option of ``preprocess`` (the Ray engine checks its own)."""
 
 
 def register(subparsers) -> None:
@@ -129,15 +147,15 @@ def register(subparsers) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="tokenizing processes (default 1: in-process threads)",
+        help=f"tokenizing processes, 1..{MAX_WORKERS} (default 1: in-process threads)",
     )
     parser.add_argument(
         "--chunk-mb",
         type=float,
         default=1.0,
         metavar="MB",
-        help="input MiB per tokenizer batch at most (default 1; inputs of a "
-        "few MB are cut finer, so that the stages overlap)",
+        help=f"input MiB per tokenizer batch at most, a number in (0, {MAX_CHUNK_MB}] "
+        "(default 1; inputs of a few MB are cut finer, so that the stages overlap)",
     )
     add_megatron_flags(parser)
     add_sentence_flags(parser)
@@ -186,13 +204,11 @@ def _inputs(args):
 
 
 def run(args) -> int:
-    from tokenloom.errors import ConfigError
     from tokenloom.preprocess import preprocess
     from tokenloom.preprocess.ray_engine.cli import engine_from_args
 
+    check_numbers(args, BOUNDS)
     preprocess = engine_from_args(args, preprocess)  # the local engine, or --engine ray
-    if not math.isfinite(args.chunk_mb) or args.chunk_mb <= 0:
-        raise ConfigError(f"--chunk-mb {args.chunk_mb}: use a positive, finite size in MiB")
     inputs = _inputs(args)
     # --workers is the one parallelism knob: keep Hugging Face's thread pool out of it
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -19,6 +19,7 @@ from typing import Any, Optional
 import numpy
 
 from tokenloom.attributes import has_attribute
+from tokenloom.cli._numbers import Bound, check_numbers
 from tokenloom.errors import ConfigError
 
 _DESCRIPTION = """\
@@ -83,9 +84,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         type=int,
         default=4,
         metavar="N",
-        help="random samples to print (default 4; 0: only the sources)",
+        help="random samples to print (default 4; 0: only the sources; more than the "
+        "split has: all)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="picks the random samples")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="picks the random samples (an integer >= 0)"
+    )
     parser.add_argument(
         "--chars",
         type=int,
@@ -98,7 +102,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         type=float,
         default=4.0,
         metavar="R",
-        help="warn when a source's tokens repeat more than R times (default 4)",
+        help="warn when a source's tokens repeat more than R times (R > 0, default 4; inf: never)",
     )
     parser.set_defaults(func=run)
     return parser
@@ -308,11 +312,17 @@ def _tokenizer(args: argparse.Namespace, settings: dict[str, Any]) -> Any:
     return tokenizer
 
 
+BOUNDS = (
+    Bound("samples", "--samples", 0),
+    Bound("seed", "--seed", 0),
+    Bound("chars", "--chars", 0),
+    Bound("warn_repeats", "--warn-repeats", 0, integer=False, low_open=True, allow_inf=True),
+)
+"""Every numeric option of ``preview`` (the config's settings: prepare-cache's checks)."""
+
+
 def _check(args: argparse.Namespace) -> None:
-    if args.samples < 0 or args.chars < 0:
-        raise ConfigError("--samples and --chars must be 0 or more")
-    if not args.warn_repeats > 0:
-        raise ConfigError(f"--warn-repeats {args.warn_repeats}: must be above 0")
+    check_numbers(args, BOUNDS)
 
 
 def run(args: argparse.Namespace) -> int:
