@@ -167,7 +167,9 @@ class ObjectBinReader:
             return  # (without a known size, read-ahead could ask beyond the end)
         for ahead in range(block + 1, block + 1 + self.config.read_ahead_chunks):
             base = ahead * self._block
-            if base >= self._size or base in self._blocks or base in self._pending:
+            if base >= self._size:
+                break  # past the end: so are the blocks after it
+            if base in self._blocks or base in self._pending:
                 continue
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
