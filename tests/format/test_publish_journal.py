@@ -121,7 +121,9 @@ def test_a_journal_that_is_a_symbolic_link_is_refused(setting):
     )
     os.symlink(elsewhere, publish.journal_path(prefix))
     before = _snapshot(root)
-    with pytest.raises(FormatError, match="publish journal is a symbolic link"):
+    with pytest.raises(
+        FormatError, match=r"publish journal is not a regular file \(a symbolic link\)"
+    ):
         IndexedDataset(prefix)
     assert _snapshot(root) == before
 

@@ -161,8 +161,8 @@ def _load(path: str) -> Optional[tuple[object, os.stat_result]]:
         if error.errno != errno.ELOOP:
             raise
         raise FormatError(
-            f"{path}: publish journal is a symbolic link; tokenloom writes journals as "
-            "plain files: delete it (and check who made it)"
+            f"{path}: publish journal is not a regular file (a symbolic link); tokenloom "
+            "writes journals as plain files: delete it (and check who made it)"
         ) from None
     try:
         info = os.fstat(fd)
