@@ -79,6 +79,10 @@ _PREFIX = struct.Struct("<8sQII")
 _ALIGN = 64
 _RACY_NS = 2_000_000_000  # a listing this close to the directory's mtime may miss a file
 _MAX_TABLE_BYTES = 256 * 1024 * 1024  # millions of entries; a longer table is damage
+# a FIFO planted in packs/ must not block an open, nor a link lead to another file
+_OPEN_FLAGS = os.O_RDONLY | sum(
+    getattr(os, f, 0) for f in ("O_NONBLOCK", "O_NOFOLLOW", "O_CLOEXEC")
+)
 
 Where = tuple[str, int, int]
 """``(pack path, offset, length)`` of one entry."""
@@ -340,9 +344,7 @@ def _table(listing: PackListing, path: str) -> Optional[tuple[StatKey, dict[str,
     """``(stat key, {stem: (offset, length)})`` of the pack at ``path``; None when it is
     gone or unusable (an unusable pack is warned about once while it is unchanged)."""
     try:
-        # O_NONBLOCK: a FIFO planted in packs/ must not block the open
-        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-        with os.fdopen(os.open(path, flags), "rb") as handle:
+        with os.fdopen(os.open(path, _OPEN_FLAGS), "rb") as handle:
             stat = os.fstat(handle.fileno())
             key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
             known = listing.tables.get(path)
@@ -398,8 +400,10 @@ def read_table(handle: IO[bytes], size: int) -> tuple[Optional[dict[str, tuple[i
 def read_entry(where: Where) -> bytes:
     """The bytes of the entry at ``where`` (OSError when the pack is gone or short)."""
     path, offset, length = where
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, _OPEN_FLAGS)  # a FIFO swapped in since the listing must not block
     try:
+        if not S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
         data = os.pread(fd, length, offset)
     finally:
         os.close(fd)

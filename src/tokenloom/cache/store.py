@@ -27,8 +27,10 @@ cache gets ``None``/``CacheError``, never a hang.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from typing import Optional, Union
 
@@ -124,7 +126,7 @@ class IndexCache:
         path = self.entry_path(key)
         try:
             try:
-                handle = open(path, "rb")
+                handle = _open_entry(path)
             except FileNotFoundError:
                 return self._lookup_packed(key, names, verify, checks, on_corrupt)
             with handle:
@@ -211,6 +213,29 @@ class IndexCache:
     ) -> LazyArrays:
         """The arrays of ``key``, loaded (``verify``) at the first ``lazy[name]``."""
         return LazyArrays(self, key, tuple(names), verify, checks)
+
+
+_ENTRY_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)  # a FIFO planted as an entry must not block the open
+    | getattr(os, "O_NOFOLLOW", 0)  # nor a link lead to a file tokenloom did not write
+    | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+def _open_entry(path: str) -> io.BufferedReader:
+    """The entry file at ``path`` opened for reading; Corrupt (a damaged entry) when it is
+    a symbolic link, a FIFO, a device or a directory: tokenloom writes regular files."""
+    try:
+        fd = os.open(path, _ENTRY_FLAGS)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise entry.Corrupt(f"{path}: a symbolic link, not an entry file") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise entry.Corrupt(f"{path}: not a regular file")
+    return open(fd, "rb")
 
 
 def _unusable(error: Exception, path: str, delete: str, on_corrupt: str) -> None:

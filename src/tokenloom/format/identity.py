@@ -20,11 +20,13 @@ rewrite can restore the mtime with ``os.utime``, not the ctime.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Optional, Union
+from stat import S_ISREG
+from typing import BinaryIO, Optional, Union
 
 from tokenloom.errors import CacheError
 from tokenloom.process_caches import IDX_DIGESTS
@@ -71,7 +73,7 @@ def idx_digest(path: str, stat: os.stat_result, data: Optional[Bytes] = None) ->
     if data is not None:
         return IDX_DIGESTS.put(memo, digest_bytes(data))
     digest = _new_hash()
-    with open(path, "rb") as handle:
+    with _open_regular(path) as handle:
         while True:
             chunk = handle.read(_CHUNK)
             if not chunk:
@@ -82,6 +84,16 @@ def idx_digest(path: str, stat: os.stat_result, data: Optional[Bytes] = None) ->
     if stat_key(after) == stat_key(stat):  # unchanged while read: safe to remember
         IDX_DIGESTS.put(memo, text)
     return text
+
+
+def _open_regular(path: str) -> BinaryIO:
+    """``path`` opened for reading without blocking on a FIFO or device swapped in
+    (OSError when it is not a regular file)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    if not S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    return open(fd, "rb")
 
 
 def identity_of(

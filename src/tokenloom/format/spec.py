@@ -46,13 +46,21 @@ def open_regular_file(path: str, what: str, buffering: int = -1) -> BinaryIO:
     """Open ``path`` for binary reading; a clear FormatError when it is missing, not a
     regular file (a directory, a FIFO that would block, a device) or unreadable."""
     try:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-            raise FormatError(
-                f"{path}: the {what} file is {kind}; point the prefix at a Megatron .bin/.idx pair"
-            )
-        return open(path, "rb", buffering=buffering)
+        # one open, checked by fstat: a FIFO swapped in after a stat would block an open
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+                raise FormatError(
+                    f"{path}: the {what} file is {kind}; point the prefix at a Megatron "
+                    ".bin/.idx pair"
+                )
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return open(fd, "rb", buffering=buffering)
     except FileNotFoundError:
         raise MissingFileError(f"{path}: {what} file does not exist") from None
     except OSError as error:  # permissions, a symlink loop (ELOOP), a name too long, ...
@@ -60,6 +68,9 @@ def open_regular_file(path: str, what: str, buffering: int = -1) -> BinaryIO:
             f"{path}: cannot open the {what} file: {error.strerror or error}; "
             "check the path, its symlinks and its permissions"
         ) from None
+
+
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 def get_idx_path(path_prefix: str) -> str:
