@@ -115,3 +115,26 @@ def test_console_script(golden_dir, tmp_path):
     )
     assert result.returncode == 1
     assert "c.bin: data file is 100 bytes" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "content, why",
+    [(b"{not json", "is not valid JSON"), (b'{"format": "other/1"}', "not a tokenloom")],
+)
+def test_a_present_but_broken_sidecar_is_not_reported_absent(prefix, capsys, content, why):
+    Path(f"{prefix}.json").write_bytes(content)
+    assert main(["inspect", prefix]) == 0  # the pair is fine: the sidecar is a warning
+    out = capsys.readouterr().out
+    (headline,) = [line for line in out.splitlines() if line.startswith("provenance:")]
+    assert "data.json present but unreadable (" in headline and why in headline
+    assert "absent" not in out
+    assert f"warning: {prefix}.json:" in out  # the full reason and what to do
+    assert main(["inspect", prefix, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["provenance"] is None and why in report["provenance_error"]
+
+
+def test_an_absent_sidecar_is_reported_absent(prefix, capsys):
+    assert main(["inspect", prefix]) == 0
+    out = capsys.readouterr().out
+    assert "provenance: none (" in out and "data.json absent" in out

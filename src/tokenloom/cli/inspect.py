@@ -138,10 +138,17 @@ def _yes_no(value: Any) -> str:
     return "unknown" if value is None else ("yes" if value else "no")
 
 
-def _provenance_lines(prefix: str, record: Optional[dict], notes: list) -> list:
+def _provenance_lines(
+    prefix: str, record: Optional[dict], notes: list, unreadable: Optional[str] = None
+) -> list:
     from tokenloom.provenance import sidecar_path, tokenizer_label
 
     lines = [f"  {note}" for note in notes]
+    if record is None and unreadable:
+        return [
+            f"provenance: {sidecar_path(prefix)} present but unreadable ({unreadable}); "
+            "the pair itself does not need it"
+        ] + lines
     if record is None:
         return [
             f"provenance: none ({sidecar_path(prefix)} absent: made by Megatron or another "
@@ -212,7 +219,9 @@ def _print_text(report: dict) -> None:
     print(_stats_line("sequences per document", s["sequences_per_document"]))
     if "modes" in s:
         print("modes:      " + ", ".join(f"{m}: {c}" for m, c in s["modes"].items()))
-    for line in _provenance_lines(s["prefix"], report["provenance"], report["provenance_notes"]):
+    for line in _provenance_lines(
+        s["prefix"], report["provenance"], report["provenance_notes"], report["provenance_error"]
+    ):
         print(line)
     for row in report.get("preview", []):
         more = " ..." if row["truncated"] else ""
@@ -237,18 +246,22 @@ def _print_text(report: dict) -> None:
 
 
 def _read_provenance(prefix: str) -> tuple:
-    """``(sidecar or None, notes)``; a broken or stale sidecar is a note, not a failure."""
-    from tokenloom.provenance import read_sidecar, stale_problems
+    """``(sidecar or None, notes, why it is unreadable or None)``; a broken or stale
+    sidecar is a note, not a failure."""
+    from tokenloom.provenance import read_sidecar, sidecar_path, stale_problems
 
     try:
         record = read_sidecar(prefix)
     except FormatError as error:
-        return None, [f"warning: {error}"]
+        why = str(error).removeprefix(f"{sidecar_path(prefix)}: ").split("; ")[0]
+        return None, [f"warning: {error}"], why
     if record is None:
-        return None, []
-    return record, [
-        f"warning: stale sidecar: {problem}" for problem in stale_problems(prefix, record)
-    ]
+        return None, [], None
+    return (
+        record,
+        [f"warning: stale sidecar: {problem}" for problem in stale_problems(prefix, record)],
+        None,
+    )
 
 
 def _look(report: dict, dataset: Any, record: Optional[dict], args: argparse.Namespace) -> None:
@@ -277,7 +290,7 @@ def _inspect_one(prefix: str, args: argparse.Namespace) -> dict:
         if args.json:
             return {"prefix": prefix, "ok": False, "problems": [str(error)]}
         raise
-    record, notes = _read_provenance(prefix)
+    record, notes, unreadable = _read_provenance(prefix)
     with dataset:
         problems = check_integrity(dataset, args.vocab_size)
         report = {
@@ -287,6 +300,7 @@ def _inspect_one(prefix: str, args: argparse.Namespace) -> dict:
             "vocab_note": f" (token ids below {args.vocab_size})" if args.vocab_size else "",
             "provenance": record,
             "provenance_notes": notes,
+            "provenance_error": unreadable,
         }
         if args.show:
             _look(report, dataset, record, args)
