@@ -21,6 +21,7 @@ from typing import IO
 from tokenloom.errors import PreprocessError
 
 DEFAULT_CHUNK_BYTES = 1 << 20
+DEFAULT_MAX_LINE_BYTES = 1 << 30
 
 _MAGIC = (
     (b"\x1f\x8b", "gzip"),
@@ -187,10 +188,35 @@ def _read(stream: IO[bytes], size: int, path: str, kind: str) -> bytes:
         raise
 
 
+def max_line_bytes() -> int:
+    """The longest input line read (``TOKENLOOM_MAX_LINE_BYTES``, default 1 GiB): a line
+    is held in memory whole, so a compressed file whose one line never ends (a gzip bomb:
+    13 MB on disk for 3 GiB) must not grow without bound."""
+    text = os.environ.get("TOKENLOOM_MAX_LINE_BYTES", "")
+    try:
+        value = int(text) if text.strip() else DEFAULT_MAX_LINE_BYTES
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1 << 40:
+        raise PreprocessError(
+            f"TOKENLOOM_MAX_LINE_BYTES={text!r}: give a number of bytes from 1 to 2**40"
+        )
+    return value
+
+
+def _too_long(path: str, line: int, limit: int) -> PreprocessError:
+    return PreprocessError(
+        f"{path}:{line}: the line is longer than {limit} bytes (no newline within "
+        f"{limit} bytes, decompressed); split the record, or raise TOKENLOOM_MAX_LINE_BYTES "
+        "if it is genuine (the whole line is held in memory)"
+    )
+
+
 def iter_file_chunks(path: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[RawChunk]:
-    """Yield the lines of one file in chunks of about ``chunk_bytes`` (whole lines only)."""
-    kind = detect_compression(path)
-    line, disk_seen = 1, 0
+    """Yield the lines of one file in chunks of about ``chunk_bytes`` (whole lines only);
+    PreprocessError naming the line when one is longer than :func:`max_line_bytes`."""
+    kind, limit = detect_compression(path), max_line_bytes()
+    line, disk_seen, held = 1, 0, 0
     pending: list[bytes] = []  # the start of a line that continues in the next block
     with open_input(path) as (stream, raw):
         while True:
@@ -200,9 +226,15 @@ def iter_file_chunks(path: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Itera
             cut = block.rfind(b"\n") + 1
             if cut == 0:  # a line longer than a chunk: keep reading (linear, no re-copying)
                 pending.append(block)
+                held += len(block)
+                if held > limit:
+                    raise _too_long(path, line, limit)
                 continue
+            if held + block.find(b"\n") > limit:
+                raise _too_long(path, line, limit)
             data = b"".join(pending + [block[:cut]]) if pending else block[:cut]
             pending = [block[cut:]] if cut < len(block) else []
+            held = len(block) - cut
             disk_now = raw.tell()
             yield RawChunk(path, line, data, disk_now - disk_seen)
             disk_seen = disk_now
@@ -218,8 +250,11 @@ def _range_start(handle: IO[bytes], start: int) -> tuple[int, int]:
     position = 0
     if start > 0:
         handle.seek(start - 1)
-        if handle.read(1) != b"\n":
-            handle.readline()  # the rest of a line that began before start
+        if handle.read(1) != b"\n":  # skip the rest of a line that began before start
+            while True:  # in bounded pieces: the line may be longer than memory
+                piece = handle.readline(1 << 20)
+                if not piece or piece.endswith(b"\n"):
+                    break
         position = handle.tell()
     handle.seek(0)
     newlines, left = 0, position
@@ -241,6 +276,7 @@ def iter_file_range_chunks(
         )
     if not 0 <= int(start) <= int(stop):
         raise PreprocessError(f"{path}: bad byte range [{start}, {stop})")
+    limit = max_line_bytes()
     with open(path, "rb") as handle:
         position, line = _range_start(handle, int(start))
         handle.seek(position)
@@ -248,8 +284,12 @@ def iter_file_range_chunks(
             data = handle.read(max(min(int(chunk_bytes), int(stop) - position), 1))
             if not data:
                 break
-            if not data.endswith(b"\n"):
-                data += handle.readline()  # finish the line that starts inside the range
+            if not data.endswith(b"\n"):  # finish the line that starts inside the range
+                start = data.rfind(b"\n") + 1
+                rest = handle.readline(limit + 1 - (len(data) - start))
+                if len(data) - start + len(rest) > limit:
+                    raise _too_long(path, line + data.count(b"\n"), limit)
+                data += rest
             yield RawChunk(path, line, data, len(data))
             position += len(data)
             line += data.count(b"\n")
@@ -276,4 +316,6 @@ __all__ = [
     "iter_chunks",
     "total_disk_bytes",
     "DEFAULT_CHUNK_BYTES",
+    "DEFAULT_MAX_LINE_BYTES",
+    "max_line_bytes",
 ]
