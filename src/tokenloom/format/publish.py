@@ -13,7 +13,9 @@ finished publish leaves nothing in the folder but the files it published.
   anything else is a FormatError naming the journal and the entry.
 * ``DIR/.tokenloom-publish.lock``: the writers' lock of the directory.  A writer (or a
   repair) creates it, holds it exclusively for its whole publish and deletes it while
-  still holding it: it exists only while a publish runs, or after a crash in one.
+  still holding it: it exists only while a publish runs, or after a crash in one.  It
+  is never opened through a symbolic link (a writer refuses one with a FormatError; a
+  reader locks the directory instead).
 * ``DIR/NAME.idx`` itself: readers hold it shared while they open the ``.idx`` and the
   ``.bin``; a writer holds the ``.idx`` it replaces exclusively while it commits.
 * ``DIR`` itself: a writer holds the directory exclusively while it commits; a reader
@@ -132,7 +134,15 @@ def _directory_locked(prefix: str, deadline: Deadline) -> Iterator[Optional[int]
     Yields None where it can neither be created nor opened (a read-only folder
     without one: no writer runs there)."""
     path = lock_path(prefix)
-    fd = acquire(path, True, deadline, create=True)  # read-only: opened if it exists
+    try:  # read-only: opened if it exists
+        fd = acquire(path, True, deadline, create=True, nofollow=True)
+    except OSError as error:
+        if error.errno != errno.ELOOP or isinstance(error, TokenloomError):
+            raise
+        raise FormatError(
+            f"{path}: the publish lock file is a symbolic link (tokenloom never makes one, "
+            "and will not create a file where it points); delete it, and check who made it"
+        ) from None
     try:
         yield fd
     finally:
@@ -224,10 +234,12 @@ def _reader_lock(prefix: str, deadline: Deadline) -> Optional[int]:
     cannot be locked."""
     for path in (_index_path(prefix), lock_path(prefix)):
         try:
-            fd = acquire(path, False, deadline)
+            fd = acquire(path, False, deadline, nofollow=path.endswith(LOCK_NAME))
         except PublishTimeoutError:
             raise
-        except OSError:
+        except OSError as error:
+            if error.errno == errno.ELOOP and path.endswith(LOCK_NAME):
+                break  # a link planted as the lock file: lock the directory instead
             return None
         if fd is not None:
             return fd

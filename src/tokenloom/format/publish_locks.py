@@ -31,6 +31,7 @@ POLL_S = 0.02
 READ_ONLY_ERRORS = (errno.EACCES, errno.EROFS, errno.EPERM)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO at the path must not block the open
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 @dataclass
@@ -57,16 +58,19 @@ def same_file(fd: int, path: str) -> bool:
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
-def _open(path: str, create: bool, writable: bool) -> Optional[int]:
+def _open(path: str, create: bool, writable: bool, nofollow: bool = False) -> Optional[int]:
     """A descriptor of the regular file ``path``; None when there is none (absent, or
     not a regular file).  ``writable`` tries read-write first (NFS emulates an exclusive
     ``flock`` with a POSIX write lock, which needs it), then read-only; ``create`` makes
-    the file where it is absent and the folder is writable."""
+    the file where it is absent and the folder is writable; ``nofollow``: a symbolic
+    link at ``path`` is ``OSError(ELOOP)``, never followed (``O_CREAT`` through a link
+    planted in a shared folder would create a file wherever it points)."""
     attempts = [os.O_RDWR | (os.O_CREAT if create else 0)] if writable or create else []
     attempts.append(os.O_RDONLY)
+    extra = _CLOEXEC | _NONBLOCK | (_NOFOLLOW if nofollow else 0)
     for flags in attempts:
         try:
-            fd = os.open(path, flags | _CLOEXEC | _NONBLOCK, 0o666)
+            fd = os.open(path, flags | extra, 0o666)
         except FileNotFoundError:
             if flags & os.O_CREAT:
                 raise  # the folder itself is missing
@@ -103,15 +107,21 @@ def _flock(fd: int, exclusive: bool, path: str, deadline: Deadline) -> None:
 
 
 def acquire(
-    path: str, exclusive: bool, deadline: Deadline, create: bool = False, writable: bool = False
+    path: str,
+    exclusive: bool,
+    deadline: Deadline,
+    create: bool = False,
+    writable: bool = False,
+    nofollow: bool = False,
 ) -> Optional[int]:
     """Lock ``path`` (shared or exclusive) and return the descriptor that holds the lock,
     verified to still be the path's file; None when there is no regular file to lock.
 
     Raises :class:`~tokenloom.errors.PublishTimeoutError` naming ``path`` at the deadline,
-    and ``OSError`` when the file cannot be opened (other than being absent)."""
+    and ``OSError`` when the file cannot be opened (other than being absent; with
+    ``nofollow``, ``ELOOP`` for a symbolic link)."""
     while True:
-        fd = _open(path, create, writable)
+        fd = _open(path, create, writable, nofollow)
         if fd is None:
             return None
         try:
