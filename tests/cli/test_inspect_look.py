@@ -139,3 +139,20 @@ def test_token_sample_of_a_large_file_spans_it(tmp_path):
         assert sample.shape == (2 << 16,)
         assert sample[0] == 0 and sample[-1] == total - 1
         assert numpy.array_equal(sampled_tokens(dataset, total), numpy.arange(total))
+
+
+@pytest.mark.timeout(60)
+def test_a_sidecar_naming_a_huge_tokenizer_file_is_not_hashed(hf_prefix, tmp_path, capsys):  # noqa: F811
+    """A crafted sidecar may name any file as its tokenizer: a sparse 1 TiB file costs
+    nothing to plant and an hour to hash; it is refused by its size instead."""
+    for ext in (".bin", ".idx"):
+        shutil.copyfile(hf_prefix + ext, tmp_path / f"p{ext}")
+    record = json.loads(open(hf_prefix + ".json").read())
+    huge = tmp_path / "tokenizer.json"
+    with open(huge, "wb") as handle:
+        handle.truncate(1 << 40)
+    record["tokenizer"]["files"] = [str(huge)]
+    (tmp_path / "p.json").write_text(json.dumps(record))
+    assert main(["inspect", str(tmp_path / "p"), "--show", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"{huge} is too large for a tokenizer file: give --tokenizer SPEC" in out

@@ -23,6 +23,7 @@ _SPEC_KINDS = {
     "SentencePieceTokenizer": "sentencepiece",
 }
 _BLOCK = 1 << 16  # tokens per sampled block of a large .bin
+_MAX_TOKENIZER_FILE_BYTES = 1 << 30  # the tokenizers' own read limit (tokenizer.json, vocab)
 
 
 def tokenizer_from_sidecar(record: Optional[Mapping[str, Any]]) -> tuple[Any, str]:
@@ -37,6 +38,9 @@ def tokenizer_from_sidecar(record: Optional[Mapping[str, Any]]) -> tuple[Any, st
         return load_tokenizer("bytes"), "decoded with the sidecar's tokenizer (bytes)"
     if kind not in _SPEC_KINDS or not files or not all(os.path.isfile(f) for f in files):
         return None, "the sidecar's tokenizer cannot be loaded here: give --tokenizer SPEC"
+    large = [f for f in files if os.path.getsize(f) > _MAX_TOKENIZER_FILE_BYTES]
+    if large:  # a crafted sidecar naming a sparse 1 TiB file would be hashed for an hour
+        return None, f"{large[0]} is too large for a tokenizer file: give --tokenizer SPEC"
     if identity.get("sha256") and "+".join(map(file_sha256, files)) != identity["sha256"]:
         return None, f"{files[0]} changed since the data was made: give --tokenizer SPEC"
     merges = files[1] if kind == "HFTokenizer" and len(files) == 2 else None
