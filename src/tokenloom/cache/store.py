@@ -227,15 +227,17 @@ def _open_entry(path: str) -> io.BufferedReader:
     """The entry file at ``path`` opened for reading; Corrupt (a damaged entry) when it is
     a symbolic link, a FIFO, a device or a directory: tokenloom writes regular files."""
     try:
-        fd = os.open(path, _ENTRY_FLAGS)
+        handle = open(path, "rb", opener=lambda name, _: os.open(name, _ENTRY_FLAGS))
     except OSError as error:
-        if error.errno != errno.ELOOP:
-            raise
-        raise entry.Corrupt(f"{path}: a symbolic link, not an entry file") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
+        if error.errno == errno.ELOOP:
+            raise entry.Corrupt(f"{path}: a symbolic link, not an entry file") from None
+        if error.errno == errno.EISDIR:
+            raise entry.Corrupt(f"{path}: not a regular file (a directory)") from None
+        raise
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        handle.close()
         raise entry.Corrupt(f"{path}: not a regular file")
-    return open(fd, "rb")
+    return handle
 
 
 def _unusable(error: Exception, path: str, delete: str, on_corrupt: str) -> None:

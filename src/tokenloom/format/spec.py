@@ -47,20 +47,23 @@ def open_regular_file(path: str, what: str, buffering: int = -1) -> BinaryIO:
     regular file (a directory, a FIFO that would block, a device) or unreadable."""
     try:
         # one open, checked by fstat: a FIFO swapped in after a stat would block an open
-        fd = os.open(path, os.O_RDONLY | _NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        handle = open(path, "rb", buffering=buffering, opener=_open_nonblocking)
         try:
-            mode = os.fstat(fd).st_mode
+            mode = os.fstat(handle.fileno()).st_mode
             if not stat.S_ISREG(mode):
-                kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
                 raise FormatError(
-                    f"{path}: the {what} file is {kind}; point the prefix at a Megatron "
-                    ".bin/.idx pair"
+                    f"{path}: the {what} file is not a regular file; point the prefix at a "
+                    "Megatron .bin/.idx pair"
                 )
-            os.set_blocking(fd, True)
+            os.set_blocking(handle.fileno(), True)
         except BaseException:
-            os.close(fd)
+            handle.close()
             raise
-        return open(fd, "rb", buffering=buffering)
+        return handle
+    except IsADirectoryError:
+        raise FormatError(
+            f"{path}: the {what} file is a directory; point the prefix at a Megatron .bin/.idx pair"
+        ) from None
     except FileNotFoundError:
         raise MissingFileError(f"{path}: {what} file does not exist") from None
     except OSError as error:  # permissions, a symlink loop (ELOOP), a name too long, ...
@@ -70,7 +73,8 @@ def open_regular_file(path: str, what: str, buffering: int = -1) -> BinaryIO:
         ) from None
 
 
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+def _open_nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
 
 
 def get_idx_path(path_prefix: str) -> str:
