@@ -52,4 +52,5 @@ def test_a_regular_file_opens_blocking_and_reads_whole(tmp_path):
     path.write_bytes(b"abc" * 1000)
     with spec.open_regular_file(str(path), "data", buffering=0) as handle:
         assert os.get_blocking(handle.fileno())
+        assert handle.name == str(path)  # mappings (and SIGBUS reports) name the file
         assert handle.read() == b"abc" * 1000
