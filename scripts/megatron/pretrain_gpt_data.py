@@ -3,8 +3,8 @@
 usage: python pretrain_gpt_data.py MEGATRON_LM_DIR [--golden DIR] [--work DIR] [--samples N]
 
 Imports ``MEGATRON_LM_DIR/pretrain_gpt.py`` as it is, parses a small GPT configuration
-with Megatron's own ``parse_args`` (through ``initialize_megatron(allow_no_cuda=True)``,
-with a gloo process group on CPU), computes the sample counts with Megatron's
+with Megatron's own ``parse_args`` (through ``initialize_megatron(allow_no_cuda=True,
+skip_mpu_initialization=True)``, then a gloo process group and model parallel size 1), computes the sample counts with Megatron's
 ``get_train_valid_test_num_samples`` and calls
 ``pretrain_gpt.train_valid_test_datasets_provider`` (``core_gpt_dataset_config_from_args``
 -> ``BlendedMegatronDatasetBuilder``). The data is a blend of two pairs written by
@@ -57,10 +57,11 @@ def _prepare(golden: Path, work: Path) -> tuple[list[str], Path]:
     for pair in PAIRS:
         for suffix in (".bin", ".idx"):
             shutil.copyfile(golden / "outputs" / f"{pair}{suffix}", data / f"{pair}{suffix}")
+    sys.path.insert(0, str(HERE))
+    from make_assets import make_cwd  # the same ./gpt2 hub stand-in as the tests get
+
+    make_cwd(golden, work)
     cwd = work / "cwd"
-    cwd.mkdir(exist_ok=True)
-    if not (cwd / "gpt2").exists():
-        os.symlink(golden / "tokenizers" / "gpt2", cwd / "gpt2")
     tokenizer = golden / "tokenizers" / "gpt2_bpe"
     arguments = [
         "--data-path", "0.7", str(data / PAIRS[0]), "0.3", str(data / PAIRS[1]),
@@ -107,7 +108,19 @@ def child(argv: list[str]) -> int:
     from megatron.training.initialize import initialize_megatron
     from megatron.training.training import get_train_valid_test_num_samples
 
-    initialize_megatron(args_defaults={"tokenizer_type": "GPT2BPETokenizer"}, allow_no_cuda=True)
+    # Megatron's own arguments, validation and global variables; its distributed set-up
+    # skips model parallelism without a CUDA device, so that part is done here on gloo
+    initialize_megatron(
+        args_defaults={"tokenizer_type": "GPT2BPETokenizer"},
+        allow_no_cuda=True,
+        skip_mpu_initialization=True,
+    )
+    from megatron.core import parallel_state
+    from megatron.core.datasets.utils import compile_helpers
+
+    torch.distributed.init_process_group(backend="gloo", world_size=1, rank=0)
+    parallel_state.initialize_model_parallel(1, 1)
+    compile_helpers()  # as Megatron's _compile_dependencies does on rank 0
     counts = get_train_valid_test_num_samples()
     splits = pretrain_gpt.train_valid_test_datasets_provider(counts)
     result: dict = {"implementation": gpt_dataset.__file__, "counts": list(counts), "splits": {}}
