@@ -130,7 +130,7 @@ def test_a_ray_client_address_probes_the_client_port(tmp_path: Path) -> None:
         (["--connect-timeout", "-2"], "--connect-timeout / connect_timeout_s -2.0"),
         (["--address", "10.0.0.1"], "--address 10.0.0.1: give auto, HOST:PORT"),
         (["--address", "host:99999"], "--address host:99999: give auto, HOST:PORT"),
-        (["--workers", "0"], "--workers 0: use a whole number of 1 or more"),
+        (["--workers", "0"], "--workers 0: must be an integer >= 1"),
     ],
 )
 def test_bad_numbers_are_one_line_before_any_cluster_starts(
