@@ -11,16 +11,25 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy
 
 from tokenloom.attributes import read_attribute
-from tokenloom.errors import ConfigError, FormatError
+from tokenloom.errors import CacheError, ConfigError, FormatError
 from tokenloom.process_caches import SEEDED_STATES
 
-__all__ = ["EpochPlan", "plan_epochs", "plan_from_counts", "count_samples", "build_indices"]
+__all__ = [
+    "EpochPlan",
+    "LazyText",
+    "build_indices",
+    "check_sample_count",
+    "count_samples",
+    "plan_epochs",
+    "plan_from_counts",
+]
 
 SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
 
@@ -132,6 +141,33 @@ def plan_from_counts(
             num_samples, tokens_per_epoch, num_epochs, sequence_length, extra, where
         )
     return EpochPlan(tokens_per_epoch, num_epochs, separate, sans_final, drop_last_partial_sequence)
+
+
+def check_sample_count(arrays: Mapping[str, numpy.ndarray], where: str) -> None:
+    """O(1) when a cache entry is loaded: every sample of ``sample_index`` is shuffled
+    once, so ``len(dataset)`` is right before any fetch checks the values (a crafted
+    entry with a short ``shuffle_index`` would otherwise serve fewer samples)."""
+    rows, shuffle = arrays["sample_index"], arrays["shuffle_index"]
+    count = shuffle.shape[0] if shuffle.ndim else -1
+    if rows.ndim == 0 or max(rows.shape[0], 1) != count + 1:
+        raise CacheError(
+            f"{where}: shuffle_index holds {count} samples but sample_index has "
+            f"shape {rows.shape}; delete the index cache (it is rebuilt)"
+        )
+
+
+class LazyText:
+    """``str()`` gives ``where()``: text made only when an error message needs it."""
+
+    __slots__ = ("where",)
+
+    def __init__(self, where: Callable[[], str]) -> None:
+        self.where = where
+
+    def __str__(self) -> str:
+        return self.where()
+
+    __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
 
 
 def build_indices(

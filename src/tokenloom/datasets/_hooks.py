@@ -24,13 +24,18 @@ hook (megatron-core's signature)             called by tokenloom's ``GPTDataset`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import numpy
 
+from tokenloom.cache.indices import CachedIndices
+from tokenloom.errors import ConfigError
 from tokenloom.index.validate import sample_position
 
-__all__ = ["SAMPLE_HOOKS", "SIZE_HOOKS", "MegatronHooks"]
+__all__ = ["INDEX_NAMES", "SAMPLE_HOOKS", "SIZE_HOOKS", "IndexArrays", "MegatronHooks"]
+
+INDEX_NAMES = ("document_index", "sample_index", "shuffle_index")
 
 SAMPLE_HOOKS = ("__getitem__", "_query_document_sample_shuffle_indices")
 """Overriding any of these makes every sample (and batch row) come from ``dataset[i]``."""
@@ -113,6 +118,68 @@ class MegatronHooks:
         text, _ = self._query_document_sample_shuffle_indices(0 if idx is None else idx)
         _, maker = host.sampler()
         return maker.make_from_text(numpy.asarray(text, dtype=numpy.int64), idx is None)
+
+
+class IndexArrays:
+    """Mixin of ``GPTDataset``: the three index arrays, which megatron-core keeps as plain
+    attributes that subclasses may assign; an assignment serves the new arrays as given
+    (not cached). The host provides ``cached_indices`` and ``_where``."""
+
+    cached_indices: CachedIndices
+    _length: Optional[int]
+
+    def _index(self, name: str) -> numpy.ndarray:
+        return self.cached_indices.arrays()[name]
+
+    def _where(self) -> str:
+        """Names the dataset in errors (the host's own)."""
+        return type(self).__name__
+
+    def _given_indices(self, arrays: Sequence[numpy.ndarray]) -> CachedIndices:
+        """Index arrays a subclass built itself, served as they are (not cached)."""
+        given = dict(zip(INDEX_NAMES, (numpy.asarray(a) for a in arrays)))
+        if len(given) != len(INDEX_NAMES):
+            raise ConfigError(
+                f"{type(self).__name__}._build_document_sample_shuffle_indices must return "
+                "(document_index, sample_index, shuffle_index)"
+            )
+        held = CachedIndices(INDEX_NAMES, None, None, lambda: given, self._where)
+        held.load_or_build()
+        self._length = None
+        return held
+
+    def _set_index(self, name: str, value: numpy.ndarray) -> None:
+        """A subclass assigns an index array (megatron-core's attributes are plain)."""
+        arrays = dict(self.cached_indices.arrays())
+        arrays[name] = value
+        self.cached_indices = self._given_indices([arrays[n] for n in INDEX_NAMES])
+
+    @property
+    def document_index(self) -> numpy.ndarray:
+        """int32 document ids, epoch after epoch, shuffled."""
+        return self._index("document_index")
+
+    @document_index.setter
+    def document_index(self, value: numpy.ndarray) -> None:
+        self._set_index("document_index", value)
+
+    @property
+    def sample_index(self) -> numpy.ndarray:
+        """``[len + 1, 2]``: (position in document_index, offset) where samples start."""
+        return self._index("sample_index")
+
+    @sample_index.setter
+    def sample_index(self, value: numpy.ndarray) -> None:
+        self._set_index("sample_index", value)
+
+    @property
+    def shuffle_index(self) -> numpy.ndarray:
+        """The order in which samples are served."""
+        return self._index("shuffle_index")
+
+    @shuffle_index.setter
+    def shuffle_index(self, value: numpy.ndarray) -> None:
+        self._set_index("shuffle_index", value)
 
 
 def _owner_of_hooks(cls: type) -> type:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Protocol, cast
 
 import numpy
@@ -32,7 +32,7 @@ from tokenloom.cache import CacheKey, IndexCache, array_digest, file_identity
 from tokenloom.cache.indices import CachedIndices
 from tokenloom.datasets import _gpt_indices
 from tokenloom.datasets._batch import BatchInputs, get_batch
-from tokenloom.datasets._hooks import SIZE_HOOKS, MegatronHooks
+from tokenloom.datasets._hooks import INDEX_NAMES, SIZE_HOOKS, IndexArrays, MegatronHooks
 from tokenloom.datasets._sample import SampleMaker, TokenSource
 from tokenloom.datasets.config import GPTDatasetConfig
 from tokenloom.datasets.megatron_dataset import MegatronDataset, tokenizer_identity
@@ -43,21 +43,6 @@ from tokenloom.format import IndexedDataset, LazyIndexedDataset
 __all__ = ["GPTDataset", "INDEX_NAMES", "WarmStart"]
 
 logger = logging.getLogger(__name__)
-
-INDEX_NAMES = ("document_index", "sample_index", "shuffle_index")
-
-
-def _check_sample_count(arrays: Mapping[str, numpy.ndarray], where: str) -> None:
-    """O(1) when a cache entry is loaded: every sample of ``sample_index`` is shuffled
-    once, so ``len(dataset)`` is right before any fetch checks the values (a crafted
-    entry with a short ``shuffle_index`` would otherwise serve fewer samples)."""
-    rows, shuffle = arrays["sample_index"], arrays["shuffle_index"]
-    count = shuffle.shape[0] if shuffle.ndim else -1
-    if rows.ndim == 0 or max(rows.shape[0], 1) != count + 1:
-        raise CacheError(
-            f"{where}: shuffle_index holds {count} samples but sample_index has "
-            f"shape {rows.shape}; delete the index cache (it is rebuilt)"
-        )
 
 
 _PAIRS = (IndexedDataset, LazyIndexedDataset)  # know their sequence count and file identity
@@ -75,21 +60,7 @@ class WarmStart(Protocol):
         """Samples of the entry cached under ``key``, when recorded; else None."""
 
 
-class _Where:
-    """``str()`` gives ``where()``, called only when an error message needs it."""
-
-    __slots__ = ("where",)
-
-    def __init__(self, where: Callable[[], str]) -> None:
-        self.where = where
-
-    def __str__(self) -> str:
-        return self.where()
-
-    __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
-
-
-class GPTDataset(MegatronHooks, MegatronDataset):
+class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
     """The GPT dataset (megatron-core's ``GPTDataset`` arguments, in order).
 
     Args:
@@ -246,19 +217,6 @@ class GPTDataset(MegatronHooks, MegatronDataset):
             prefix = storage.local_folder_for(prefix, self.config)
         return os.path.join(prefix, "cache", f"{type(self).__name__}_indices")
 
-    def _given_indices(self, arrays: Sequence[numpy.ndarray]) -> CachedIndices:
-        """Index arrays a subclass built itself, served as they are (not cached)."""
-        given = dict(zip(INDEX_NAMES, (numpy.asarray(a) for a in arrays)))
-        if len(given) != len(INDEX_NAMES):
-            raise ConfigError(
-                f"{type(self).__name__}._build_document_sample_shuffle_indices must return "
-                "(document_index, sample_index, shuffle_index)"
-            )
-        held = CachedIndices(INDEX_NAMES, None, None, lambda: given, self._where)
-        held.load_or_build()
-        self._length = None
-        return held
-
     def cached_indices_from_cache(self) -> CachedIndices:
         """The indices from tokenloom's index cache: loaded or built now, or deferred
         (``defer_npy_index_mmap`` over an existing entry, or a warm start that knows the
@@ -293,7 +251,7 @@ class GPTDataset(MegatronHooks, MegatronDataset):
             checks=checks,
             verify=verify,
             can_build=self.build_if_missing and self.indices is not None,
-            validate=_check_sample_count,
+            validate=_gpt_indices.check_sample_count,
         )
         known = None if warm_start is None or key is None else warm_start.known_length(key)
         if (
@@ -331,7 +289,9 @@ class GPTDataset(MegatronHooks, MegatronDataset):
                 f"{self._where()}: indexed_indices is None (fast_cache_load): the "
                 "sizes come from the index cache, which must exist"
             )
-        where = cast(str, _Where(self._where))  # the text is only needed for an error
+        where = cast(
+            str, _gpt_indices.LazyText(self._where)
+        )  # the text is only needed for an error
         if self._size_hooks:  # a subclass sizes the epochs itself
             tokens = int(self._get_num_tokens_per_epoch())
             return _gpt_indices.plan_from_counts(
@@ -381,39 +341,6 @@ class GPTDataset(MegatronHooks, MegatronDataset):
     # -- the three indices -----------------------------------------------------------
     def _index(self, name: str) -> numpy.ndarray:
         return self.cached_indices.arrays()[name]
-
-    def _set_index(self, name: str, value: numpy.ndarray) -> None:
-        """A subclass assigns an index array (megatron-core's attributes are plain)."""
-        arrays = dict(self.cached_indices.arrays())
-        arrays[name] = value
-        self.cached_indices = self._given_indices([arrays[n] for n in INDEX_NAMES])
-
-    @property
-    def document_index(self) -> numpy.ndarray:
-        """int32 document ids, epoch after epoch, shuffled."""
-        return self._index("document_index")
-
-    @document_index.setter
-    def document_index(self, value: numpy.ndarray) -> None:
-        self._set_index("document_index", value)
-
-    @property
-    def sample_index(self) -> numpy.ndarray:
-        """``[len + 1, 2]``: (position in document_index, offset) where samples start."""
-        return self._index("sample_index")
-
-    @sample_index.setter
-    def sample_index(self, value: numpy.ndarray) -> None:
-        self._set_index("sample_index", value)
-
-    @property
-    def shuffle_index(self) -> numpy.ndarray:
-        """The order in which samples are served."""
-        return self._index("shuffle_index")
-
-    @shuffle_index.setter
-    def shuffle_index(self, value: numpy.ndarray) -> None:
-        self._set_index("shuffle_index", value)
 
     @property
     def indices_loaded(self) -> bool:

@@ -19,46 +19,15 @@ import numpy
 
 from tokenloom.errors import FormatError
 from tokenloom.format import remote
-from tokenloom.format.bin_readers import (
-    BinReader,
-    make_bin_reader,
-    resolve_index_path,
-)
 from tokenloom.format.identity import identity_of
 from tokenloom.format.index_file import IndexFile, check_document_indices
 from tokenloom.format.index_view import IndexView
+from tokenloom.format.local_pair import check_back_to_back, check_bin_size, open_local
 from tokenloom.format.open_checks import run_open_checks
-from tokenloom.format.publish import reading
 from tokenloom.format.spec import (
     get_bin_path,
     get_idx_path,
 )
-
-
-def _open_local(
-    path_prefix: str,
-    multimodal: bool,
-    mmap: bool,
-    object_storage_config: Any,
-    sequences_per_dataset: Optional[tuple[int, int]],
-    dtype_code: Optional[int],
-    fast_cache_load: bool,
-) -> tuple[IndexFile, BinReader]:
-    idx_path = resolve_index_path(get_idx_path(path_prefix), object_storage_config)
-    with reading(path_prefix):  # never one file of an old pair and one of a new one
-        index = IndexFile(
-            idx_path,
-            multimodal,
-            sequences_per_dataset,
-            dtype_code,
-            check_documents=not fast_cache_load,
-        )
-        try:
-            reader = make_bin_reader(get_bin_path(path_prefix), mmap, object_storage_config)
-        except BaseException:
-            index.close()
-            raise
-    return index, reader
 
 
 class IndexOutOfRangeError(FormatError, IndexError):
@@ -70,38 +39,6 @@ def _integer(name: str, value: Any) -> int:
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an integer, got {value!r}") from None
-
-
-def _check_bin_size(index: IndexFile, reader: BinReader, itemsize: int) -> None:
-    size = reader.size
-    count = index.header.sequence_count
-    if size is None or count == 0:
-        return
-    end = int(index.pointers[-1]) + int(index.lengths[-1]) * itemsize
-    if size < end:
-        raise FormatError(
-            f"{reader.path}: data file is {size} bytes but {index.path} says its last sequence "
-            f"ends at byte {end}; the .bin is truncated or belongs to another .idx"
-        )
-
-
-def _check_back_to_back(
-    prefix: str, pointers: numpy.ndarray, lengths: numpy.ndarray, itemsize: int, start: int
-) -> None:
-    """FormatError unless the sequences of a slice lie back to back in the ``.bin``
-    (a slice is read in one go, so it would disagree with reading item by item)."""
-    if pointers.shape[0] < 2:
-        return
-    steps = lengths[:-1].astype(numpy.int64) * itemsize
-    wrong = numpy.flatnonzero(pointers[1:] - pointers[:-1] != steps)
-    if wrong.size:
-        at = start + int(wrong[0]) + 1
-        raise FormatError(
-            f"{prefix}.idx: sequence {at} has pointer {int(pointers[wrong[0] + 1])}, but the "
-            f"previous sequence ends at byte {int(pointers[wrong[0]] + steps[wrong[0]])}; the "
-            "pointers disagree with the lengths, the index file is corrupt (check it with "
-            "`tokenloom inspect`)"
-        )
 
 
 def _describe_identity(identity: Optional[Mapping[str, Mapping[str, object]]]) -> str:
@@ -180,7 +117,7 @@ class IndexedDataset:
                 not fast_cache_load,
             )
         else:
-            index, reader = _open_local(
+            index, reader = open_local(
                 path_prefix,
                 multimodal,
                 mmap,
@@ -198,7 +135,7 @@ class IndexedDataset:
         self._pointers: Optional[numpy.ndarray] = index.pointers
         self._tokens: Optional[numpy.ndarray] = reader.tokens(self.dtype)
         self._bin_size = reader.size
-        _check_bin_size(index, reader, self._itemsize)
+        check_bin_size(index, reader, self._itemsize)
         run_open_checks(index, reader.size, reader.path, self._itemsize, fast_cache_load)
         self._identity: Optional[OrderedDict[str, OrderedDict[str, object]]] = None
         self._bin_stat: Optional[os.stat_result] = None
@@ -467,7 +404,7 @@ class IndexedDataset:
             at = start + int(numpy.argmin(lengths))
             raise self._negative_length(at, int(index.lengths[at]))
         if stop > start:
-            _check_back_to_back(
+            check_back_to_back(
                 self.path_prefix, index.pointers[start:stop], lengths, self._itemsize, start
             )
             flat = self._read(int(index.pointers[start]), int(lengths.sum(dtype=numpy.int64)))
