@@ -208,3 +208,16 @@ def test_add_flat_documents_matches_add_documents(tmp_path):
             ).read_bytes()
     with pytest.raises(FormatError, match="lengths sum to 3 but there are 2 tokens"):
         _build(tmp_path, "bad").add_flat_documents([1, 2], [1, 2])
+
+
+def test_builder_bookkeeping_is_plain_lists_with_default_modes(tmp_path):
+    """megatron-core's builder attributes are lists; a multimodal document without modes
+    gets mode 0 per sequence (Megatron-LM main's regression test, in tokenloom's words)."""
+    builder = IndexedDatasetBuilder(str(tmp_path / "mm.bin"), dtype=numpy.int32, multimodal=True)
+    builder.add_document(numpy.array([1, 2, 3, 4, 5], dtype=numpy.int32), [3, 2])
+    builder.add_document(numpy.array([6, 7], dtype=numpy.int32), [2])
+    assert builder.sequence_lengths == [3, 2, 2]
+    assert builder.sequence_modes == [0, 0, 0]
+    assert builder.document_indices == [0, 2, 3]
+    builder.add_document(numpy.array([8], dtype=numpy.int32), [1], modes=[4])
+    assert builder.sequence_modes == [0, 0, 0, 4]

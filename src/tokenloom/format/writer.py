@@ -106,21 +106,19 @@ class IndexedDatasetBuilder:
 
     # -- index views ------------------------------------------------------------------
     @property
-    def sequence_lengths(self) -> npt.NDArray[numpy.int32]:
-        """Lengths of the sequences added so far (a copy)."""
-        lengths: npt.NDArray[numpy.int32] = self._lengths.view().copy()
-        return lengths
+    def sequence_lengths(self) -> list[int]:
+        """Lengths of the sequences added so far (a new list, as megatron-core's attribute)."""
+        return [int(n) for n in self._lengths.view().tolist()]
 
     @property
-    def document_indices(self) -> npt.NDArray[numpy.int64]:
-        """Document index so far, leading 0 included (a copy)."""
-        documents: npt.NDArray[numpy.int64] = self._documents.view().copy()
-        return documents
+    def document_indices(self) -> list[int]:
+        """Document index so far, leading 0 included (a new list, as megatron-core's)."""
+        return [int(n) for n in self._documents.view().tolist()]
 
     @property
-    def sequence_modes(self) -> Optional[npt.NDArray[numpy.int8]]:
-        """Modes of the sequences added so far (a copy), None when not multimodal."""
-        return None if self._modes is None else self._modes.view().copy()
+    def sequence_modes(self) -> Optional[list[int]]:
+        """Modes of the sequences added so far (a new list), None when not multimodal."""
+        return None if self._modes is None else [int(m) for m in self._modes.view().tolist()]
 
     # -- adding data ------------------------------------------------------------------
     def _file(self) -> io.BufferedWriter:
