@@ -210,6 +210,16 @@ def tmp_path_dist_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("tmp_dist_ckpt")
 
 
+@pytest.fixture(scope="session")
+def ensure_test_data() -> Path:
+    """Megatron's conftest fixture (Megatron-LM main): the test assets at /opt/data. They
+    are made offline and mounted by megatron-tests.sh, so there is nothing to download."""
+    data = Path("/opt/data")
+    if not data.is_dir() or not any(data.iterdir()):
+        pytest.skip("no test assets at /opt/data (run through scripts/megatron-tests.sh)")
+    return data
+
+
 @pytest.fixture(scope="session", autouse=True)
 def cleanup():  # type: ignore[no-untyped-def]
     """Megatron's conftest fixture: tear the process group down at the end."""

@@ -115,7 +115,9 @@ class MegatronHooks:
         megatron-core's ``__getitem__`` around it (the hook is called with ``0`` for a
         padding sample, as megatron-core does)."""
         host: Any = self
-        text, _ = self._query_document_sample_shuffle_indices(0 if idx is None else idx)
+        # megatron-core 0.16.1 returns (tokens, document ids); Megatron-LM main adds a
+        # third item (the sample's part lengths): the tokens come first in both
+        text = self._query_document_sample_shuffle_indices(0 if idx is None else idx)[0]
         _, maker = host.sampler()
         return maker.make_from_text(numpy.asarray(text, dtype=numpy.int64), idx is None)
 
