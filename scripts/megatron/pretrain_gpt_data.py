@@ -102,6 +102,8 @@ def child(argv: list[str]) -> int:
     os.environ.setdefault("LOCAL_RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
     sys.argv = [str(megatron / "pretrain_gpt.py"), *arguments]
+    import inspect
+
     import pretrain_gpt  # noqa: F401  (Megatron-LM's script, unchanged)
     import torch
     from megatron.core.datasets import gpt_dataset
@@ -110,11 +112,15 @@ def child(argv: list[str]) -> int:
 
     # Megatron's own arguments, validation and global variables; its distributed set-up
     # skips model parallelism without a CUDA device, so that part is done here on gloo
-    initialize_megatron(
-        args_defaults={"tokenizer_type": "GPT2BPETokenizer"},
-        allow_no_cuda=True,
-        skip_mpu_initialization=True,
-    )
+    options = {"allow_no_cuda": True, "skip_mpu_initialization": True}
+    defaults = {"tokenizer_type": "GPT2BPETokenizer"}
+    if "args_defaults" in inspect.signature(initialize_megatron).parameters:  # core_v0.16.1
+        initialize_megatron(args_defaults=defaults, **options)
+    else:  # Megatron-LM main parses first, as its pretrain_gpt.py's __main__ does
+        from megatron.training.arguments import parse_and_validate_args
+
+        parse_and_validate_args(args_defaults=defaults)
+        initialize_megatron(**options)
     from megatron.core import parallel_state
     from megatron.core.datasets.utils import compile_helpers
 
