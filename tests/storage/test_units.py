@@ -33,9 +33,27 @@ def test_parse_url_and_is_remote():
     assert str(parse_url("msc://prof/x")) == "msc://prof/x"
     assert is_remote("s3://b/k") and is_remote("msc://p/k")
     assert not is_remote("/data/s3://x") and not is_remote("gs://b/k")
-    for bad in ("s3://", "s3:///key", "s3://bucket", "s3://bucket/", "/local/path"):
-        with pytest.raises(ConfigError, match="s3|object-storage"):
+    for bad in ("s3://", "s3:///", "s3://bucket", "s3://bucket/", "msc:///x", "/local/path"):
+        with pytest.raises(ConfigError, match="s3|msc|object-storage"):
             parse_url(bad)
+
+
+def test_an_empty_bucket_is_read_as_megatron_core_reads_it(tmp_path):
+    from tokenloom.storage.datasets import upload_dataset
+    from tokenloom.storage.staging import staged_output
+
+    url = parse_url("s3:///tmp/data/name.idx")  # megatron-core's parse_s3_path: "", key
+    assert (url.bucket, url.key, str(url)) == ("", "tmp/data/name.idx", "s3:///tmp/data/name.idx")
+    assert index_cache_path(str(url), str(tmp_path)) == str(tmp_path / "tmp" / "data" / "name.idx")
+    with pytest.raises(ConfigError, match=r"\.\."):
+        index_cache_path("s3:///tmp/../../etc/x.idx", str(tmp_path))
+    for write in (
+        lambda: parse_url("s3:///tmp/out", for_writing=True),
+        lambda: staged_output("s3:///tmp/out").__enter__(),
+        lambda: upload_dataset(str(tmp_path / "pair"), "s3:///tmp/out"),
+    ):
+        with pytest.raises(ConfigError, match=r"s3:///tmp/out.*no bucket.*s3://BUCKET/key"):
+            write()
 
 
 def test_index_cache_layout_is_megatrons(tmp_path):

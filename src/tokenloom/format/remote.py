@@ -25,7 +25,9 @@ from tokenloom.storage import (
     fetch_index,
     index_cache_path,
     is_remote,
+    open_object,
     open_remote_pair,
+    parse_url,
 )
 
 BinReader.register(ObjectBinReader)  # it implements the interface (storage cannot import format)
@@ -99,6 +101,9 @@ def index_and_bin_size(dataset: Any) -> tuple[str, int]:
     """``(path of the .idx file read, size of the .bin)`` of an open local or remote pair."""
     prefix = dataset.path_prefix
     if is_remote(prefix):
-        folder = config_or_default(dataset.object_storage_config).path_to_idx_cache
-        return index_cache_path(prefix + ".idx", folder), int(dataset.bin_reader.size)
+        config = config_or_default(dataset.object_storage_config)
+        size = dataset.bin_reader.size
+        if size is None:  # a client that tells no size: the object is read through
+            size = open_object(parse_url(get_bin_path(prefix)), config).head().size
+        return index_cache_path(prefix + ".idx", config.path_to_idx_cache), int(size)
     return get_idx_path(prefix), os.path.getsize(get_bin_path(prefix))

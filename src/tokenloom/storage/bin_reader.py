@@ -4,7 +4,8 @@ A read of ``size`` bytes at ``offset`` that no cached block covers fetches, in o
 ranged request, Megatron's aligned block ``[offset // n * n, max(start + n, offset +
 size))`` with ``n = bin_chunk_nbytes`` (clipped to the object's end).  Unlike Megatron,
 up to ``max_cached_chunks`` blocks stay cached (least recently used dropped), reads of
-S3 blocks carry ``If-Match: <ETag>`` so a replaced object is detected instead of mixed,
+S3 blocks carry ``If-Match: <ETag>`` (where the HEAD tells one) so a replaced object is
+detected instead of mixed,
 and ``read_ahead_chunks`` blocks are fetched in the background while reads move
 forward block by block (the pattern a shuffled-but-chunked order produces).
 """
@@ -63,7 +64,8 @@ class ObjectBinReader:
         self.config: ObjectStorageConfig = coerce_config(config)
         self._remote = remote if remote is not None else open_object(parse_url(url), self.config)
         info = self._remote.describe()  # a missing .bin fails here, naming the URL
-        # None: an MSC client without info(); reads then learn the end from short answers
+        # None: a client that tells no size (an MSC client without info(), an S3 HEAD
+        # without ContentLength); reads then learn the end from short answers
         self._size = None if info is None else info.size
         self._etag = "" if info is None else info.etag
         self._block = self.config.bin_chunk_nbytes

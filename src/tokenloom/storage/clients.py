@@ -6,6 +6,8 @@ megatron-core does, so code that patches ``boto3.client`` is honoured; only a na
 of the process with the same (endpoint, region, profile, timeouts), and made again in
 a child process: the pool is emptied after ``fork`` (``os.register_at_fork``) and also
 checks the pid, so DataLoader workers never share a connection pool with their parent.
+A patched ``boto3.client`` that refuses keyword arguments (megatron-core's tests patch
+in such a class) is called as megatron-core calls it, ``boto3.client("s3")``.
 The pool is bounded and :func:`clear_clients` empties it.  boto3's default session
 keeps the credentials it first found, so when the ``AWS_*`` environment changes, a
 default session this pool made is made again (one the user made is left alone).
@@ -17,15 +19,18 @@ clients come from ``MSC_CONFIG`` profiles (``multistorageclient.resolve_storage_
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any, Optional
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 from tokenloom.storage.config import ObjectStorageConfig
 
+logger = logging.getLogger("tokenloom.storage")
 _MAX_CLIENTS = 16
 # what boto3 reads from the environment when the config leaves it open: a change makes
 # a new client rather than reusing one made for another endpoint or account
@@ -79,7 +84,48 @@ def _new_s3_client(config: ObjectStorageConfig) -> Any:
         options["region_name"] = config.region_name
     if config.profile_name is not None:
         return boto3.session.Session(profile_name=config.profile_name).client("s3", **options)
-    return boto3.client("s3", **options)
+    try:
+        return boto3.client("s3", **options)
+    except TypeError as error:
+        return _plain_s3_client(boto3, config, error)
+
+
+def _plain_s3_client(boto3: Any, config: ObjectStorageConfig, refused: TypeError) -> Any:
+    """megatron-core's exact call, ``boto3.client("s3")``, for a stand-in factory that
+    takes no keyword arguments (megatron-core's tests patch in a class whose
+    ``__init__(self, *args)`` does so).  boto3's own ``client`` takes them all, so its
+    TypeError is raised as it is.  The stand-in gets none of tokenloom's settings (for
+    a real botocore client behind it, botocore's own timeouts and retries would apply);
+    tokenloom's retry layer still wraps every call."""
+    factory = boto3.client
+    if read_attribute(factory, "__module__", None) == "boto3":
+        raise refused
+    try:
+        client = factory("s3")
+    except TypeError:
+        raise refused from None
+    dropped = [
+        f"{name}={value!r}"
+        for name, value in (
+            ("endpoint_url", config.endpoint_url),
+            ("region_name", config.region_name),
+        )
+        if value is not None
+    ]
+    name = read_attribute(factory, "__qualname__", type(factory).__name__)
+    if dropped:
+        logger.warning(
+            "boto3.client is %s, which takes no keyword arguments (%s); called as "
+            "boto3.client('s3'), so ObjectStorageConfig's %s is not passed to it",
+            name,
+            refused,
+            ", ".join(dropped),
+        )
+    else:
+        logger.debug(
+            "boto3.client is %s (no keyword arguments): called as boto3.client('s3')", name
+        )
+    return client
 
 
 def _follow_environment(made: Optional[tuple[Any, tuple]], environment: tuple) -> Any:

@@ -73,6 +73,7 @@ def upload_dataset(local_prefix: str, remote_prefix: str, config: Any = None) ->
     atomic); the size of each is checked after the upload.
     """
     config = config_or_default(config)
+    parse_url(remote_prefix + ".idx", for_writing=True)  # refused before any upload
     for suffix in (".bin", ".idx"):
         remote = open_object(parse_url(remote_prefix + suffix), config)
         logger.info("uploading %s%s to %s%s", local_prefix, suffix, remote_prefix, suffix)

@@ -18,7 +18,6 @@ the missing method).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from typing import IO, Any, Optional, TypeVar
@@ -27,13 +26,12 @@ from tokenloom.attributes import read_attribute
 from tokenloom.errors import ObjectNotFoundError, StorageAccessError, StorageError
 from tokenloom.storage.clients import import_msc
 from tokenloom.storage.config import ObjectStorageConfig
-from tokenloom.storage.objects import ObjectInfo, RemoteObject
+from tokenloom.storage.objects import ObjectInfo, RemoteObject, content_digest, content_etag
 from tokenloom.storage.retry import TruncatedBodyError, call_with_retries
 from tokenloom.storage.urls import StorageURL
 
 T = TypeVar("T")
 _BLOCK = 8 << 20  # bytes per ranged read when a client without info() is read through
-_DIGEST_ETAG = "content-blake2b-128:"
 
 
 class MSCObject(RemoteObject):
@@ -163,7 +161,7 @@ class MSCObject(RemoteObject):
         """Read the whole object by ranges (into ``handle`` when given): its size, and its
         digest as the ETag.  Each block asks for one byte more than it keeps, so no
         request starts at the end of the object (servers refuse such ranges)."""
-        digest, offset = hashlib.blake2b(digest_size=16), 0
+        digest, offset = content_digest(), 0
         while True:
             data = self.read_range(offset, offset + _BLOCK + 1, allow_short=True)
             kept = data[:_BLOCK]
@@ -172,7 +170,7 @@ class MSCObject(RemoteObject):
                 handle.write(kept)
             offset += len(kept)
             if len(data) <= _BLOCK:
-                return ObjectInfo(offset, f"{_DIGEST_ETAG}{digest.hexdigest()}")
+                return ObjectInfo(offset, content_etag(digest))
 
     def download(self, local_path: str) -> ObjectInfo:
         """Atomically copy the object to ``local_path`` (``download_file`` where the

@@ -1,10 +1,15 @@
-"""What every remote object offers: HEAD, ranged reads, download, upload, existence."""
+"""What every remote object offers: HEAD, ranged reads, download, upload, existence.
+
+Where a storage client tells no ETag, the digest of the object's content stands in
+for it (:func:`content_digest`, :func:`content_etag`, :func:`file_content_info`).
+"""
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from tokenloom.errors import ObjectNotFoundError
 from tokenloom.storage.config import ObjectStorageConfig
@@ -19,7 +24,32 @@ class ObjectInfo:
     """Length in bytes."""
 
     etag: str
-    """The server's entity tag (changes whenever the object is replaced)."""
+    """The server's entity tag (changes whenever the object is replaced), or the
+    :func:`content_etag` of the content where the client tells none; ``""`` unknown."""
+
+
+_CONTENT_ETAG = "content-blake2b-128:"
+_PIECE = 8 << 20
+
+
+def content_digest() -> Any:
+    """A new hash of object content (BLAKE2b, 16 bytes), fed with ``update(bytes)``."""
+    return hashlib.blake2b(digest_size=16)
+
+
+def content_etag(digest: Any) -> str:
+    """The stand-in ETag of content hashed by a :func:`content_digest`."""
+    return f"{_CONTENT_ETAG}{digest.hexdigest()}"
+
+
+def file_content_info(path: str) -> ObjectInfo:
+    """Size and :func:`content_etag` of a local file (read in bounded pieces)."""
+    digest, size = content_digest(), 0
+    with open(path, "rb") as handle:
+        while piece := handle.read(_PIECE):
+            digest.update(piece)
+            size += len(piece)
+    return ObjectInfo(size, content_etag(digest))
 
 
 class RemoteObject(ABC):
@@ -33,8 +63,9 @@ class RemoteObject(ABC):
         """Size and ETag (ObjectNotFoundError when missing)."""
 
     def describe(self) -> Optional[ObjectInfo]:
-        """Size and ETag where the backend tells them without a full read (a HEAD), else
-        None once the object is known to exist; ObjectNotFoundError when it is missing."""
+        """Size and ETag where the backend tells them without a full read (a HEAD; the
+        ETag ``""`` where only the size is told), else None once the object is known to
+        exist; ObjectNotFoundError when it is missing."""
         return self.head()
 
     @abstractmethod
@@ -57,10 +88,10 @@ class RemoteObject(ABC):
     def exists(self) -> bool:
         """Whether the object exists (False on 404; other failures raise)."""
         try:
-            self.head()
+            self.describe()
         except ObjectNotFoundError:
             return False
         return True
 
 
-__all__ = ["ObjectInfo", "RemoteObject"]
+__all__ = ["ObjectInfo", "RemoteObject", "content_digest", "content_etag", "file_content_info"]

@@ -35,7 +35,7 @@ def staged_output(output_prefix: str, config: Any = None) -> Iterator[str]:
     if not is_remote(output_prefix):
         yield output_prefix
         return
-    url = parse_url(output_prefix)  # fails now on a malformed URL, before any work
+    url = parse_url(output_prefix, for_writing=True)  # a malformed URL fails before work
     parent = os.environ.get(_ENV_STAGING) or None
     if parent:
         os.makedirs(parent, exist_ok=True)

@@ -2,7 +2,12 @@
 
 A dataset prefix is *remote* when it starts with ``s3://`` or ``msc://`` (Megatron's
 rule).  :func:`parse_url` splits such a URL into its scheme, its bucket (S3) or
-profile (MSC) and its key, with a clear error for a URL that has no bucket or key.
+profile (MSC) and its key, with a clear error for a URL that has no key, or no profile.
+
+``s3:///key`` (an empty bucket) is read as megatron-core's ``parse_s3_path`` reads it:
+bucket ``""``, the key after the third slash.  No real S3 has such a bucket (boto3
+refuses the name); it is how a client that maps buckets to local folders (megatron-core's
+tests hand one to ``boto3.client``) reaches ``/key``.  It can be read, never written.
 """
 
 from __future__ import annotations
@@ -44,22 +49,45 @@ class StorageURL:
         return StorageURL(self.scheme, self.bucket, key)
 
 
-def parse_url(url: str) -> StorageURL:
-    """Split ``s3://bucket/key`` or ``msc://profile/path`` (ConfigError when malformed)."""
+def parse_url(url: str, *, for_writing: bool = False) -> StorageURL:
+    """Split ``s3://bucket/key`` or ``msc://profile/path`` (ConfigError when malformed).
+
+    ``s3:///key`` gives bucket ``""`` (megatron-core's reading); with ``for_writing`` it
+    is refused (see :func:`check_writable`)."""
     if not is_remote(url):
         raise ConfigError(
             f"{url!r} is not an object-storage URL: expected s3://bucket/key or msc://profile/path"
         )
     scheme, rest = url.split("://", 1)
     bucket, sep, key = rest.partition("/")
-    if not bucket:
-        raise ConfigError(f"{url!r}: the URL has no bucket (profile): write {scheme}://NAME/key")
+    if not bucket and scheme != "s3":
+        raise ConfigError(f"{url!r}: the URL has no profile: write {scheme}://PROFILE/path")
     if not sep or not key or key.endswith("/"):
         raise ConfigError(
             f"{url!r}: the URL names no object inside {scheme}://{bucket}/; "
             "give the full key of the dataset prefix"
         )
-    return StorageURL(scheme, bucket, key)
+    parsed = StorageURL(scheme, bucket, key)
+    return check_writable(parsed) if for_writing else parsed
 
 
-__all__ = ["S3_PREFIX", "MSC_PREFIX", "REMOTE_PREFIXES", "StorageURL", "is_remote", "parse_url"]
+def check_writable(url: StorageURL) -> StorageURL:
+    """``url`` when objects can be written there; ConfigError for an empty bucket."""
+    if not url.bucket:
+        raise ConfigError(
+            f"{url}: the URL has no bucket; an empty bucket (s3:///key, as megatron-core "
+            "parses it) is only read, through a client that maps it; write to "
+            "s3://BUCKET/key"
+        )
+    return url
+
+
+__all__ = [
+    "S3_PREFIX",
+    "MSC_PREFIX",
+    "REMOTE_PREFIXES",
+    "StorageURL",
+    "check_writable",
+    "is_remote",
+    "parse_url",
+]
