@@ -6,8 +6,9 @@
 #
 #   --baseline             test the checkout's own megatron/core/datasets instead (no
 #                          install()): tells which tests can pass on CPU at all
-#   --no-pretrain-check    skip the pretrain_gpt.py data-path comparison after pytest
-#   --pretrain-check-only  run only that comparison
+#   --no-pretrain-check    skip the differential checks after pytest (pretrain_gpt.py's
+#                          data path, and the real GPTFIMDataset)
+#   --pretrain-check-only  run only those checks
 #   --junitxml FILE        also keep pytest's JUnit report there
 #
 # MEGATRON_LM_DIR is a checkout (e.g. `git archive core_v0.16.1`): its megatron/ is the
@@ -19,7 +20,7 @@
 # The venvs live in ./.megatron-lm-venv/ (TOKENLOOM_MEGATRON_VENV to use another).
 #
 # Prints `megatron-lm data tests: N passed, M failed, K skipped (of T)` and the failures;
-# then the pretrain_gpt.py check's PASS/FAIL. Exit status 0 only when both are clean.
+# then the PASS/FAIL of the pretrain_gpt.py and GPTFIMDataset checks. Exit status 0 only when both are clean.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 baseline=0 pretrain=1 tests=1 junit=""
@@ -138,5 +139,8 @@ fi
 if [ "$pretrain" = 1 ]; then
     "${namespace[@]}" python "$root/scripts/megatron/pretrain_gpt_data.py" \
         "$megatron" --golden "$golden" --work "$work/pretrain" || status=1
+    # the real GPTFIMDataset (a subclass overriding the sample hook) under both
+    "${namespace[@]}" python "$root/scripts/megatron/fim_differential.py" \
+        "$megatron" "$work/opt-data" || status=1
 fi
 exit "$status"
