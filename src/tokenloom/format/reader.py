@@ -9,44 +9,64 @@ it stays valid after :meth:`IndexedDataset.close` or garbage collection.
 
 from __future__ import annotations
 
-import operator
 import os
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, Optional, Union
 
 import numpy
 
 from tokenloom.errors import FormatError
 from tokenloom.format import remote
-from tokenloom.format.identity import identity_of
+from tokenloom.format.bin_readers import BinReader
 from tokenloom.format.index_file import IndexFile, check_document_indices
 from tokenloom.format.index_view import IndexView
 from tokenloom.format.local_pair import check_back_to_back, check_bin_size, open_local
 from tokenloom.format.open_checks import run_open_checks
-from tokenloom.format.spec import (
-    get_bin_path,
-    get_idx_path,
+from tokenloom.format.opened_identity import (
+    Identity,
+    changed_since_pickled,
+    local_bin_stat,
+    opened_identity,
 )
+from tokenloom.format.read_checks import (
+    IndexOutOfRangeError,
+    bad_read,
+    checked_span,
+    negative_length,
+    sequence_position,
+)
+from tokenloom.format.spec import get_bin_path, get_idx_path
 
 
-class IndexOutOfRangeError(FormatError, IndexError):
-    """A sequence index, offset or length points outside the dataset."""
-
-
-def _integer(name: str, value: Any) -> int:
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {value!r}") from None
-
-
-def _describe_identity(identity: Optional[Mapping[str, Mapping[str, object]]]) -> str:
-    if identity is None:
-        return "unreadable"
-    return "; ".join(
-        f".{part} " + ", ".join(f"{k}={v}" for k, v in fields.items())
-        for part, fields in identity.items()
+def _open_pair(
+    path_prefix: str,
+    multimodal: bool,
+    mmap: bool,
+    object_storage_config: Any,
+    fast_cache_load: bool,
+    sequences_per_dataset: Optional[tuple[int, int]],
+    dtype_code: Optional[int],
+) -> tuple[IndexFile, BinReader]:
+    """The ``.idx`` and a ``.bin`` reader: through :mod:`tokenloom.storage` for ``s3://``
+    and ``msc://`` prefixes, from the local files otherwise."""
+    if remote.is_remote(path_prefix):
+        return remote.open_remote(
+            path_prefix,
+            multimodal,
+            mmap,
+            object_storage_config,
+            sequences_per_dataset,
+            dtype_code,
+            not fast_cache_load,
+        )
+    return open_local(
+        path_prefix,
+        multimodal,
+        mmap,
+        object_storage_config,
+        sequences_per_dataset,
+        dtype_code,
+        fast_cache_load,
     )
 
 
@@ -106,26 +126,15 @@ class IndexedDataset:
         self.fast_cache_load = fast_cache_load
         self.sequences_per_dataset = sequences_per_dataset
         self.dtype_code = dtype_code
-        if remote.is_remote(path_prefix):  # s3:// or msc://: tokenloom.storage
-            index, reader = remote.open_remote(
-                path_prefix,
-                multimodal,
-                mmap,
-                object_storage_config,
-                sequences_per_dataset,
-                dtype_code,
-                not fast_cache_load,
-            )
-        else:
-            index, reader = open_local(
-                path_prefix,
-                multimodal,
-                mmap,
-                object_storage_config,
-                sequences_per_dataset,
-                dtype_code,
-                fast_cache_load,
-            )
+        index, reader = _open_pair(
+            path_prefix,
+            multimodal,
+            mmap,
+            object_storage_config,
+            fast_cache_load,
+            sequences_per_dataset,
+            dtype_code,
+        )
         self._index: Optional[IndexFile] = index
         self.bin_reader = reader
         self.dtype = index.header.dtype
@@ -137,27 +146,18 @@ class IndexedDataset:
         self._bin_size = reader.size
         check_bin_size(index, reader, self._itemsize)
         run_open_checks(index, reader.size, reader.path, self._itemsize, fast_cache_load)
-        self._identity: Optional[OrderedDict[str, OrderedDict[str, object]]] = None
-        self._bin_stat: Optional[os.stat_result] = None
-        if object_storage_config is None and not path_prefix.startswith(("s3://", "msc://")):
-            try:
-                self._bin_stat = os.stat(get_bin_path(path_prefix))
-            except OSError:
-                pass  # identity unknown (the .bin vanished since it was opened)
+        self._identity: Optional[Identity] = None
+        self._bin_stat = local_bin_stat(path_prefix, object_storage_config)
 
     # -- identity -----------------------------------------------------------------------
-    def file_identity(self) -> Optional[OrderedDict[str, OrderedDict[str, object]]]:
+    def file_identity(self) -> Optional[Identity]:
         """The identity (:func:`tokenloom.format.identity.file_identity`) of the pair as
         opened here: the ``.idx`` digest of the mapped bytes, sizes and mtimes taken at
         open (object storage: ``.idx`` digest and size, ``.bin`` size and ETag)."""
         if self._identity is None and remote.is_remote(self.path_prefix):
             self._identity = remote.remote_identity(self._index, self.bin_reader)
-        if self._identity is None and self._bin_stat is not None:
-            index = self._index
-            stat = None if index is None else index.stat
-            digest = None if index is None else index.digest()
-            if stat is not None and digest is not None:
-                self._identity = identity_of(stat, digest, self._bin_stat)
+        if self._identity is None:
+            self._identity = opened_identity(self._index, self._bin_stat)
         return self._identity
 
     # -- pickling: reopen the files in the receiving process -------------------------
@@ -183,20 +183,10 @@ class IndexedDataset:
         self._open(**state)
         if pickled is None:
             return
-        current = self.file_identity()
-        changed = [
-            f"{self.path_prefix}.{part}"
-            for part in ("idx", "bin")
-            if current is None or current.get(part) != pickled.get(part)
-        ]
-        if changed:
+        error = changed_since_pickled(self.path_prefix, pickled, self.file_identity())
+        if error is not None:
             self.close()
-            raise FormatError(
-                f"{' and '.join(changed)} changed after this dataset was pickled (in a "
-                f"DataLoader worker: after the parent opened it): the process that pickled "
-                f"it read other files. Was: {_describe_identity(pickled)}; now: "
-                f"{_describe_identity(current)}. Rebuild the datasets over the new files"
-            )
+            raise error
 
     # -- lifetime ---------------------------------------------------------------------
     def close(self) -> None:
@@ -307,21 +297,6 @@ class IndexedDataset:
         )
 
     # -- reading ----------------------------------------------------------------------
-    def _position(self, idx: Any) -> int:
-        try:
-            i = operator.index(idx)
-        except TypeError:
-            raise TypeError(
-                f"sequence index must be an integer, got {type(idx).__name__}"
-            ) from None
-        if i < 0:
-            i += self._count
-        if not 0 <= i < self._count:
-            raise IndexOutOfRangeError(
-                f"{self.path_prefix}: sequence index {idx} out of range for {self._count} sequences"
-            )
-        return i
-
     def _read(self, pointer: int, count: int) -> numpy.ndarray:
         tokens = self._tokens
         start, misaligned = divmod(pointer, self._itemsize)
@@ -334,20 +309,14 @@ class IndexedDataset:
                 or count < 0
                 or (size is not None and pointer + count * self._itemsize > size)
             ):
-                raise self._bad_read(pointer, count, size)
+                raise bad_read(self.path_prefix, pointer, count, size)
             return self.bin_reader.read(self.dtype, count, pointer)
         out = tokens[start : start + count]
         if misaligned or pointer < 0 or out.shape[0] != count:
-            raise self._bad_read(pointer, count, tokens.nbytes)
+            raise bad_read(self.path_prefix, pointer, count, tokens.nbytes)
         if pointer + count * self._itemsize > self.bin_reader.guard_from:
             self.bin_reader.verify_size()  # the mapping's tail, or shrunk: docs/reliability.md
         return out
-
-    def _bad_read(self, pointer: int, count: int, size: Optional[int]) -> FormatError:
-        return FormatError(
-            f"{self.path_prefix}.bin: cannot read {count} tokens at byte offset {pointer} of a "
-            f"{size}-byte data file; the .idx pointers and the .bin disagree"
-        )
 
     def get(
         self, idx: int, offset: int = 0, length: Optional[int] = None
@@ -356,31 +325,16 @@ class IndexedDataset:
 
         Returns an ndarray, or ``(ndarray, mode)`` for multimodal datasets.
         """
-        i = self._position(idx)
+        i = sequence_position(self.path_prefix, idx, self._count)
         lengths, pointers = self._lengths, self._pointers
         if lengths is None or pointers is None:
             index = self._live_index()
             lengths, pointers = index.lengths, index.pointers
-        size = int(lengths[i])
-        if size < 0:
-            raise self._negative_length(i, size)
-        offset = _integer("offset", offset)
-        length = size - offset if length is None else _integer("length", length)
-        if offset < 0 or length < 0 or offset + length > size:
-            raise IndexOutOfRangeError(
-                f"{self.path_prefix}: get({idx}, offset={offset}, length={length}) reads past "
-                f"sequence {i}, which has {size} tokens"
-            )
+        offset, length = checked_span(self.path_prefix, idx, i, int(lengths[i]), offset, length)
         tokens = self._read(int(pointers[i]) + offset * self._itemsize, length)
         if self.multimodal:
             return tokens, self._live_modes()[i]
         return tokens
-
-    def _negative_length(self, i: int, size: int) -> FormatError:
-        return FormatError(
-            f"{self.path_prefix}.idx: sequence {i} has negative length {size}; "
-            "the index file is corrupt: rebuild the .bin/.idx pair"
-        )
 
     def __getitem__(self, idx: Union[int, slice]) -> Any:
         """``ds[i]``: one sequence (ndarray, or ``(tokens, mode)`` when multimodal);
@@ -402,7 +356,7 @@ class IndexedDataset:
         lengths = index.lengths[start:stop]
         if stop > start and int(lengths.min()) < 0:
             at = start + int(numpy.argmin(lengths))
-            raise self._negative_length(at, int(index.lengths[at]))
+            raise negative_length(self.path_prefix, at, int(index.lengths[at]))
         if stop > start:
             check_back_to_back(
                 self.path_prefix, index.pointers[start:stop], lengths, self._itemsize, start

@@ -21,25 +21,15 @@ import numpy.typing as npt
 
 from tokenloom.atomic import temporary_sibling
 from tokenloom.attributes import read_attribute
-from tokenloom.errors import FormatError, OutputError, TokenloomError
+from tokenloom.errors import FormatError, TokenloomError
 from tokenloom.format._buffers import GrowableArray, as_numpy, to_tokens
 from tokenloom.format.dtypes import normalize_dtype
+from tokenloom.format.index_file import IndexFile
+from tokenloom.format.merge_source import check_mergeable, copy_bin
 from tokenloom.format.publish import discard, output_error, publish_pair, write_temporaries
-from tokenloom.format.reader import IndexFile
-from tokenloom.format.spec import (
-    MissingFileError,
-    get_bin_path,
-    get_idx_path,
-    sequence_pointers,
-    write_index,
-)
+from tokenloom.format.spec import get_bin_path, get_idx_path, write_index
 
 _INT32_MAX = numpy.iinfo(numpy.int32).max
-_COPY_CHUNK = 16 << 20
-
-
-def _output_error(path: str, error: OSError) -> OutputError:
-    return output_error(path, error)
 
 
 def check_output_path(path: str, what: str) -> None:
@@ -130,7 +120,7 @@ class IndexedDatasetBuilder:
         try:
             self._file().write(data)
         except OSError as error:
-            raise _output_error(self.bin_path, error) from None
+            raise output_error(self.bin_path, error) from None
 
     def _tokens(self, values: object, what: str) -> npt.NDArray[Any]:
         return to_tokens(values, self.dtype, f"{self.bin_path}: {what}")
@@ -289,7 +279,7 @@ class IndexedDatasetBuilder:
         """
         index = IndexFile(get_idx_path(path_prefix), multimodal=None)
         try:
-            nbytes = self._check_mergeable(index, path_prefix)
+            nbytes = check_mergeable(index, path_prefix, self.dtype, self.multimodal)
             offset = len(self._lengths)
             self._lengths.extend(index.lengths)
             self._documents.extend(offset + index.documents[1:])
@@ -298,51 +288,8 @@ class IndexedDatasetBuilder:
                 self._modes.extend(index.modes)
         finally:
             index.close()
-        self._copy_bin(get_bin_path(path_prefix), nbytes, progress)
-
-    def _check_mergeable(self, index: IndexFile, path_prefix: str) -> int:
-        theirs = numpy.dtype(index.header.dtype)
-        if theirs != numpy.dtype(self.dtype):
-            raise FormatError(
-                f"{index.path}: cannot merge: its tokens are {theirs.name}, "
-                f"the builder writes {numpy.dtype(self.dtype).name}"
-            )
-        if index.header.sequence_count and index.multimodal != self.multimodal:
-            kind = "multimodal" if index.multimodal else "not multimodal"
-            raise FormatError(
-                f"{index.path}: cannot merge: the dataset is {kind} but the builder "
-                f"has multimodal={self.multimodal}"
-            )
-        itemsize = theirs.itemsize
-        expected = sequence_pointers(index.lengths, itemsize)
-        if not numpy.array_equal(expected, index.pointers):
-            raise FormatError(f"{index.path}: cannot merge: sequence pointers are not contiguous")
-        nbytes = int(index.lengths.sum(dtype=numpy.int64)) * itemsize
-        bin_path = get_bin_path(path_prefix)
-        try:
-            size = os.path.getsize(bin_path)
-        except FileNotFoundError:
-            raise MissingFileError(f"{bin_path}: data file does not exist") from None
-        if size != nbytes:
-            raise FormatError(
-                f"{bin_path}: cannot merge: data file is {size} bytes, its index describes {nbytes}"
-            )
-        return nbytes
-
-    def _copy_bin(
-        self, bin_path: str, nbytes: int, progress: Optional[Callable[[int], None]]
-    ) -> None:
         self._file()
-        with open(bin_path, "rb") as source:
-            left = nbytes
-            while left:
-                chunk = source.read(min(_COPY_CHUNK, left))
-                if not chunk:
-                    raise FormatError(f"{bin_path}: data file shrank while it was being merged")
-                self._write(chunk)
-                left -= len(chunk)
-                if progress is not None:
-                    progress(len(chunk))
+        copy_bin(get_bin_path(path_prefix), nbytes, self._write, progress)
 
     # -- finishing ----------------------------------------------------------------------
     def finalize(
@@ -376,7 +323,7 @@ class IndexedDatasetBuilder:
                 os.fsync(data_file.fileno())
                 data_file.close()
             except OSError as error:
-                raise _output_error(self.bin_path, error) from None
+                raise output_error(self.bin_path, error) from None
             moves.append((self._write_idx(idx_path), idx_path))
             moves.extend(write_temporaries(prefix, extra_files or {}))
             publish_pair(prefix, [(str(self._tmp_bin), self.bin_path)] + moves, lock_timeout)
@@ -403,7 +350,7 @@ class IndexedDatasetBuilder:
             with contextlib.suppress(OSError):
                 os.unlink(tmp_idx)
             if isinstance(error, OSError) and not isinstance(error, TokenloomError):
-                raise _output_error(idx_path, error) from None
+                raise output_error(idx_path, error) from None
             raise
         return tmp_idx
 
