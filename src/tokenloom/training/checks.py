@@ -17,7 +17,17 @@ import numpy
 
 from tokenloom.errors import ConfigError
 
-__all__ = ["INT64_MAX", "describe", "flag", "integer", "is_integer", "optional_flag", "seconds"]
+__all__ = [
+    "INT64_MAX",
+    "data_parallel_ranks",
+    "describe",
+    "flag",
+    "integer",
+    "is_integer",
+    "optional_flag",
+    "seconds",
+    "check_total_samples",
+]
 
 INT64_MAX = 2**63 - 1
 
@@ -49,6 +59,29 @@ def integer(name: str, value: Any, minimum: int, maximum: int = INT64_MAX) -> in
     if value > maximum:
         raise ConfigError(f"{name} must be <= {maximum}, got {describe(int(value))}")
     return int(value)
+
+
+def data_parallel_ranks(rank: Any, size: Any) -> tuple[int, int]:
+    """``(data_parallel_rank, data_parallel_size)`` checked: a size >= 1 and a rank below it."""
+    size = integer("data_parallel_size", size, 1)
+    rank = integer("data_parallel_rank", rank, 0)
+    if rank >= size:
+        raise ConfigError(
+            f"data_parallel_rank must be smaller than data_parallel_size: "
+            f"got data_parallel_rank={rank}, data_parallel_size={size}"
+        )
+    return rank, size
+
+
+def check_total_samples(total: Any) -> int:
+    """A sampler's ``total_samples`` checked: an integer >= 1 (0: nothing to consume)."""
+    count = integer("total_samples", total, 0)
+    if count == 0:
+        raise ConfigError(
+            "total_samples is 0: the dataset has no sample to consume "
+            "(check the split and num_samples)"
+        )
+    return count
 
 
 def flag(name: str, value: Any) -> bool:

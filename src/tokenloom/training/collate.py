@@ -98,7 +98,7 @@ class BufferPool:
         self.blocks.append(block)
         return block
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {"size": self.size, "blocks": []}  # workers use shared memory instead
 
 
@@ -116,7 +116,10 @@ def _allocate(
     offset = 0
     if _in_worker() or pin or pool is None:
         block = torch.empty(sum(sizes), dtype=torch.uint8)
-        block = block.share_memory_() if _in_worker() else block.pin_memory() if pin else block
+        if _in_worker():
+            block.share_memory_()  # type: ignore[no-untyped-call]  # torch leaves it untyped
+        elif pin:
+            block = block.pin_memory()
         for (name, dtype), size in zip(BATCH_DTYPES.items(), sizes):
             out[name] = block[offset : offset + size].view(dtype).view(b, s)
             offset += size
@@ -193,7 +196,7 @@ def collate_batch(
     return batch
 
 
-class BatchFetcher(torch.utils.data.Dataset):
+class BatchFetcher(torch.utils.data.Dataset[Any]):
     """The DataLoader's dataset: item ``(epoch, indices)`` is one collated micro-batch.
 
     The epoch travels with every request, so a :class:`RandomSeedDataset` in a worker

@@ -17,9 +17,14 @@ import torch
 
 from tokenloom.attributes import has_attribute, read_attribute
 from tokenloom.errors import ConfigError
-from tokenloom.training.checks import describe, flag, optional_flag
+from tokenloom.training.checks import flag, optional_flag
 from tokenloom.training.collate import BatchFetcher, collate_batch, make_fetcher, no_collate
-from tokenloom.training.options import check_options, loader_kwargs
+from tokenloom.training.options import (
+    DATALOADER_TYPES,
+    check_dataloader_type,
+    loader_kwargs,
+    resolve_options,
+)
 from tokenloom.training.samplers import (
     ElasticPretrainingSampler,
     HybridCPMegatronPretrainingSampler,
@@ -35,8 +40,6 @@ __all__ = [
     "build_pretraining_data_loader",
     "cyclic_iter",
 ]
-
-DATALOADER_TYPES = ("single", "cyclic", "elastic", "external")
 
 
 def cyclic_iter(iterable: Any) -> Iterator[Any]:
@@ -296,15 +299,6 @@ class PretrainingDataLoader:
         return consumed, pass_start, pass_batches
 
 
-def _is_full_validation(dataset: Any, full_validation: bool) -> bool:
-    if not full_validation:
-        return False
-    from tokenloom.datasets import Split
-
-    split = read_attribute(dataset, "split", read_attribute(dataset, "index_split", None))
-    return split == Split.valid
-
-
 def build_pretraining_data_loader(
     dataset: Any,
     consumed_samples: int,
@@ -341,10 +335,7 @@ def build_pretraining_data_loader(
     """
     if dataset is None:
         return None
-    if not isinstance(dataloader_type, str) or dataloader_type not in DATALOADER_TYPES:
-        raise ConfigError(
-            f"dataloader_type must be one of {DATALOADER_TYPES}, got {describe(dataloader_type)}"
-        )
+    check_dataloader_type(dataloader_type)
     if dataloader_type == "external":
         return dataset
     options: dict[str, Any] = {
@@ -358,12 +349,7 @@ def build_pretraining_data_loader(
         "seed": seed,
         "hybrid_context_parallel": hybrid_context_parallel,
     }
-    consumed_samples = check_options(options, consumed_samples)
-    if _is_full_validation(dataset, flag("full_validation", full_validation)):
-        options.update(dataloader_type="single", hybrid_context_parallel=False)
-        consumed_samples = 0
-    if options["hybrid_context_parallel"] and global_batch_size is None:
-        raise ConfigError("hybrid_context_parallel=True needs global_batch_size")
+    consumed_samples = resolve_options(dataset, options, consumed_samples, full_validation)
     kwargs = loader_kwargs(
         num_workers,
         pin_memory,

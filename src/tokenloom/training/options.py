@@ -15,6 +15,9 @@ where it means something, and every flag a bool; anything else is a
   per worker; ignored with ``num_workers=0`` (nothing runs ahead).
 * ``timeout`` a finite number of seconds in ``[0, threading.TIMEOUT_MAX]``; 0 waits
   forever (torch's and Megatron's default); ignored with ``num_workers=0``.
+
+``full_validation`` on a validation split makes the loader one ``"single"`` pass from
+sample 0 (Megatron's full-validation mode).
 """
 
 from __future__ import annotations
@@ -25,14 +28,39 @@ from typing import Any, Optional
 
 import torch
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
-from tokenloom.training.checks import describe, flag, integer, optional_flag, seconds
+from tokenloom.training.checks import (
+    data_parallel_ranks,
+    describe,
+    flag,
+    integer,
+    optional_flag,
+    seconds,
+)
 
-__all__ = ["MAX_PREFETCH_FACTOR", "MAX_WORKERS", "check_options", "loader_kwargs"]
+__all__ = [
+    "DATALOADER_TYPES",
+    "MAX_PREFETCH_FACTOR",
+    "MAX_WORKERS",
+    "check_dataloader_type",
+    "check_options",
+    "loader_kwargs",
+    "resolve_options",
+]
 
+DATALOADER_TYPES = ("single", "cyclic", "elastic", "external")
 MAX_WORKERS = 1024
 MAX_PREFETCH_FACTOR = 1024
 _CONTEXTS = (None, "fork", "spawn", "forkserver")
+
+
+def check_dataloader_type(dataloader_type: Any) -> None:
+    """ConfigError unless ``dataloader_type`` is one of :data:`DATALOADER_TYPES`."""
+    if not isinstance(dataloader_type, str) or dataloader_type not in DATALOADER_TYPES:
+        raise ConfigError(
+            f"dataloader_type must be one of {DATALOADER_TYPES}, got {describe(dataloader_type)}"
+        )
 
 
 def check_options(options: dict[str, Any], consumed_samples: Any) -> int:
@@ -40,19 +68,36 @@ def check_options(options: dict[str, Any], consumed_samples: Any) -> int:
     ``consumed_samples`` as an int."""
     consumed = integer("consumed_samples", consumed_samples, 0)
     options["micro_batch_size"] = integer("micro_batch_size", options["micro_batch_size"], 1)
-    size = integer("data_parallel_size", options["data_parallel_size"], 1)
-    rank = integer("data_parallel_rank", options["data_parallel_rank"], 0)
-    if rank >= size:
-        raise ConfigError(
-            f"data_parallel_rank must be smaller than data_parallel_size: "
-            f"got data_parallel_rank={rank}, data_parallel_size={size}"
-        )
+    rank, size = data_parallel_ranks(options["data_parallel_rank"], options["data_parallel_size"])
     options["data_parallel_size"], options["data_parallel_rank"] = size, rank
     if options["global_batch_size"] is not None:
         options["global_batch_size"] = integer("global_batch_size", options["global_batch_size"], 1)
     options["seed"] = integer("seed", options["seed"], 0)
     for name in ("data_sharding", "drop_last", "hybrid_context_parallel"):
         options[name] = flag(name, options[name])
+    return consumed
+
+
+def _is_full_validation(dataset: Any, full_validation: bool) -> bool:
+    if not full_validation:
+        return False
+    from tokenloom.datasets import Split
+
+    split = read_attribute(dataset, "split", read_attribute(dataset, "index_split", None))
+    return bool(split == Split.valid)
+
+
+def resolve_options(
+    dataset: Any, options: dict[str, Any], consumed_samples: Any, full_validation: Any
+) -> int:
+    """Check the sampler ``options`` (:func:`check_options`) and apply
+    ``full_validation`` in place; return the consumed count to start from."""
+    consumed = check_options(options, consumed_samples)
+    if _is_full_validation(dataset, flag("full_validation", full_validation)):
+        options.update(dataloader_type="single", hybrid_context_parallel=False)
+        consumed = 0
+    if options["hybrid_context_parallel"] and options["global_batch_size"] is None:
+        raise ConfigError("hybrid_context_parallel=True needs global_batch_size")
     return consumed
 
 

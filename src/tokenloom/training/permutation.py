@@ -19,6 +19,7 @@ numba (:mod:`tokenloom.kernels.permutation`) over blocks of draws from numpy's M
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy
 
@@ -54,10 +55,10 @@ def _blocks(generator: numpy.random.MT19937, total: int) -> Iterator[numpy.ndarr
         done += size
 
 
-def _check(n: int, dtype: object) -> numpy.dtype:
+def _check(n: int, dtype: object) -> numpy.dtype[Any]:
     if not isinstance(n, (int, numpy.integer)) or isinstance(n, bool) or n < 0:
         raise ConfigError(f"randperm n must be a non-negative integer, got {n!r}")
-    kind = numpy.dtype(dtype)  # type: ignore[call-overload]
+    kind: numpy.dtype[Any] = numpy.dtype(dtype)  # type: ignore[call-overload]
     if kind.kind not in "iu" or (n > 0 and n - 1 > numpy.iinfo(kind).max):
         raise ConfigError(f"randperm dtype {kind} cannot hold values up to {n - 1}")
     return kind

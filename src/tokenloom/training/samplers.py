@@ -26,7 +26,14 @@ from typing import Any, Optional
 import numpy
 
 from tokenloom.errors import ConfigError
-from tokenloom.training.checks import INT64_MAX, describe, integer, is_integer
+from tokenloom.training.checks import (
+    INT64_MAX,
+    check_total_samples,
+    data_parallel_ranks,
+    describe,
+    integer,
+    is_integer,
+)
 from tokenloom.training.permutation import randperm
 
 __all__ = [
@@ -37,32 +44,6 @@ __all__ = [
     "MegatronPretrainingSampler",
     "RandomSeedDataset",
 ]
-
-
-def _integer(name: str, value: Any, minimum: int) -> int:
-    """An integer count in ``[minimum, 2**63)`` (see :mod:`tokenloom.training.checks`)."""
-    return integer(name, value, minimum)
-
-
-def _check_ranks(rank: Any, size: Any) -> tuple[int, int]:
-    size = _integer("data_parallel_size", size, 1)
-    rank = _integer("data_parallel_rank", rank, 0)
-    if rank >= size:
-        raise ConfigError(
-            f"data_parallel_rank must be smaller than data_parallel_size: "
-            f"got data_parallel_rank={rank}, data_parallel_size={size}"
-        )
-    return rank, size
-
-
-def _check_total(total: Any) -> int:
-    total = _integer("total_samples", total, 0)
-    if total == 0:
-        raise ConfigError(
-            "total_samples is 0: the dataset has no sample to consume "
-            "(check the split and num_samples)"
-        )
-    return total
 
 
 def _slice(begin: int, stop: int, start: int, end: int) -> list[int]:
@@ -83,16 +64,16 @@ class MegatronPretrainingSampler:
         data_parallel_size: int,
         drop_last: bool = True,
     ) -> None:
-        self.total_samples = _check_total(total_samples)
-        self.consumed_samples = _integer("consumed_samples", consumed_samples, 0)
+        self.total_samples = check_total_samples(total_samples)
+        self.consumed_samples = integer("consumed_samples", consumed_samples, 0)
         if self.consumed_samples >= self.total_samples:
             raise ConfigError(
                 f"consumed_samples={self.consumed_samples} is past the end: the "
                 f"dataset has total_samples={self.total_samples}; no samples "
                 "left to consume (build the dataset with more samples)"
             )
-        self.micro_batch_size = _integer("micro_batch_size", micro_batch_size, 1)
-        self.data_parallel_rank, data_parallel_size = _check_ranks(
+        self.micro_batch_size = integer("micro_batch_size", micro_batch_size, 1)
+        self.data_parallel_rank, data_parallel_size = data_parallel_ranks(
             data_parallel_rank, data_parallel_size
         )
         self.micro_batch_times_data_parallel_size = self.micro_batch_size * data_parallel_size
@@ -145,7 +126,7 @@ class HybridCPMegatronPretrainingSampler(MegatronPretrainingSampler):
             data_parallel_size,
             drop_last,
         )
-        self.global_batch_size = _integer("global_batch_size", global_batch_size, 0)
+        self.global_batch_size = integer("global_batch_size", global_batch_size, 0)
         self.data_parallel_size = int(data_parallel_size)
         self.num_micro_batches = self.global_batch_size // self.micro_batch_times_data_parallel_size
 
@@ -265,10 +246,10 @@ class MegatronPretrainingRandomSampler:
         data_sharding: bool,
     ) -> None:
         self.dataset = dataset
-        self.total_samples = _check_total(total_samples)
-        self.consumed_samples = _integer("consumed_samples", consumed_samples, 0)
-        self.micro_batch_size = _integer("micro_batch_size", micro_batch_size, 1)
-        self.data_parallel_rank, self.data_parallel_size = _check_ranks(
+        self.total_samples = check_total_samples(total_samples)
+        self.consumed_samples = integer("consumed_samples", consumed_samples, 0)
+        self.micro_batch_size = integer("micro_batch_size", micro_batch_size, 1)
+        self.data_parallel_rank, self.data_parallel_size = data_parallel_ranks(
             data_parallel_rank, data_parallel_size
         )
         self.data_sharding = bool(data_sharding)
@@ -292,7 +273,7 @@ class MegatronPretrainingRandomSampler:
     def __len__(self) -> int:
         return self.total_samples
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_memo"] = _PermutationMemo()  # the permutation is recomputed, not pickled
         return state
@@ -326,8 +307,8 @@ class MegatronFullValidationSampler:
     def __init__(
         self, total_samples: int, data_parallel_rank: int, data_parallel_size: int
     ) -> None:
-        self.total_samples = _check_total(total_samples)
-        self.data_parallel_rank, self.data_parallel_size = _check_ranks(
+        self.total_samples = check_total_samples(total_samples)
+        self.data_parallel_rank, self.data_parallel_size = data_parallel_ranks(
             data_parallel_rank, data_parallel_size
         )
 
@@ -360,14 +341,14 @@ class ElasticPretrainingSampler:
         data_parallel_size: int,
         seed: int = 0,
     ) -> None:
-        self.total_samples = _check_total(total_samples)
-        self.consumed_samples = _integer("consumed_samples", consumed_samples, 0)
-        self.micro_batch_size = _integer("micro_batch_size", micro_batch_size, 1)
-        self.global_batch_size = _integer("global_batch_size", global_batch_size, 1)
-        self.data_parallel_rank, self.data_parallel_size = _check_ranks(
+        self.total_samples = check_total_samples(total_samples)
+        self.consumed_samples = integer("consumed_samples", consumed_samples, 0)
+        self.micro_batch_size = integer("micro_batch_size", micro_batch_size, 1)
+        self.global_batch_size = integer("global_batch_size", global_batch_size, 1)
+        self.data_parallel_rank, self.data_parallel_size = data_parallel_ranks(
             data_parallel_rank, data_parallel_size
         )
-        self.seed = _integer("seed", seed, 0)
+        self.seed = integer("seed", seed, 0)
         self.micro_batch_times_data_parallel_size = self.micro_batch_size * self.data_parallel_size
         if self.global_batch_size % self.micro_batch_times_data_parallel_size:
             raise ConfigError(
@@ -390,7 +371,7 @@ class ElasticPretrainingSampler:
     def __len__(self) -> int:
         return self.total_samples
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_memo"] = _PermutationMemo()
         return state
