@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from tokenloom.datasets.config import (
     BlendedMegatronDatasetConfig,
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """Import the dataset classes on first use (they pull in the index kernels)."""
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)

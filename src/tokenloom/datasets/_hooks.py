@@ -119,7 +119,10 @@ class MegatronHooks:
         # third item (the sample's part lengths): the tokens come first in both
         text = self._query_document_sample_shuffle_indices(0 if idx is None else idx)[0]
         _, maker = host.sampler()
-        return maker.make_from_text(numpy.asarray(text, dtype=numpy.int64), idx is None)
+        sample: dict[str, numpy.ndarray] = maker.make_from_text(
+            numpy.asarray(text, dtype=numpy.int64), idx is None
+        )
+        return sample
 
 
 class IndexArrays:

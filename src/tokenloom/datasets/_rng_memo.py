@@ -97,4 +97,5 @@ def shuffle_index(
         if total_size > MAX_MEMO_ITEMS:
             return known
         SHUFFLE_DRAWS.put(full, known)
-    return known.copy()
+    copy: numpy.ndarray = known.copy()  # the memo's array stays untouched
+    return copy

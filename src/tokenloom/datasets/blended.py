@@ -54,7 +54,9 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, (int, numpy.integer)) and not isinstance(value, (bool, numpy.bool_))
 
 
-def _check_weights(weights: Sequence[Union[int, float]], size: Optional[int]) -> list:
+def _check_weights(
+    weights: Sequence[Union[int, float]], size: Optional[int]
+) -> list[Union[int, float]]:
     weights = list(weights)
     kinds = {_is_int(w) for w in weights}
     if len(kinds) > 1:

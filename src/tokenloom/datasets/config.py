@@ -75,7 +75,7 @@ class SimpleTokenizer:
         )
 
 
-def _check_special_ids(tokenizer, vocab_size) -> None:
+def _check_special_ids(tokenizer: Any, vocab_size: Any) -> None:
     """ConfigError when ``eod``/``pad`` is not an id of the vocabulary (pad -1 is allowed:
     Megatron's "no pad token")."""
     for name in ("eod", "pad"):

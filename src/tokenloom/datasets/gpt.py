@@ -19,33 +19,34 @@ corrupt cache is rebuilt or reported, never used; ``get_batch`` fills preallocat
 from __future__ import annotations
 
 import logging
-import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Protocol, cast
 
 import numpy
 
-from tokenloom import storage
-from tokenloom.attributes import read_attribute
-from tokenloom.cache import CacheKey, IndexCache, array_digest, file_identity
+from tokenloom.cache import CacheKey, IndexCache, array_digest
 from tokenloom.cache.indices import CachedIndices
 from tokenloom.datasets import _gpt_indices
 from tokenloom.datasets._batch import BatchInputs, get_batch
+from tokenloom.datasets._gpt_low_level import (
+    checked_indices,
+    data_identity,
+    default_cache_dir,
+    open_low_level,
+    sequence_count,
+)
 from tokenloom.datasets._hooks import INDEX_NAMES, SIZE_HOOKS, IndexArrays, MegatronHooks
 from tokenloom.datasets._sample import SampleMaker, TokenSource
 from tokenloom.datasets.config import GPTDatasetConfig
 from tokenloom.datasets.megatron_dataset import MegatronDataset, tokenizer_identity
 from tokenloom.datasets.split import Split, split_document_range
 from tokenloom.errors import CacheError, ConfigError
-from tokenloom.format import IndexedDataset, LazyIndexedDataset
+from tokenloom.format import IndexedDataset
 
 __all__ = ["GPTDataset", "INDEX_NAMES", "WarmStart"]
 
 logger = logging.getLogger(__name__)
-
-
-_PAIRS = (IndexedDataset, LazyIndexedDataset)  # know their sequence count and file identity
 
 
 class WarmStart(Protocol):
@@ -103,7 +104,7 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
         if not isinstance(config, GPTDatasetConfig):
             raise ConfigError(f"config must be a GPTDatasetConfig, got {type(config).__name__}")
         if indexed_indices is not None:
-            indexed_indices = self._checked_indices(indexed_dataset, indexed_indices)
+            indexed_indices = checked_indices(indexed_dataset, indexed_indices)
         super().__init__(
             indexed_dataset, dataset_path, indexed_indices, num_samples, index_split, config
         )
@@ -131,59 +132,14 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
     def numel_low_level_dataset(low_level_dataset: Any) -> int:
         """GPT splits a low-level dataset by sequence (``sequence_lengths.shape[0]``; a
         ``.bin``/``.idx`` dataset's ``len()``, its header count)."""
-        if isinstance(low_level_dataset, _PAIRS):
-            return len(low_level_dataset)
-        return int(low_level_dataset.sequence_lengths.shape[0])
+        return sequence_count(low_level_dataset)
 
     @staticmethod
     def build_low_level_dataset(dataset_path: str, config: GPTDatasetConfig) -> IndexedDataset:
         """Open ``dataset_path`` as an ``IndexedDataset`` as the config asks."""
-        if dataset_path.startswith(("s3://", "msc://")):
-            return IndexedDataset(
-                dataset_path,
-                multimodal=False,
-                mmap=config.mmap_bin_files,
-                object_storage_config=storage.storage_config_for(config),
-            )
-        return IndexedDataset(
-            dataset_path,
-            multimodal=False,
-            mmap=config.mmap_bin_files,
-            fast_cache_load=config.fast_cache_load,
-            sequences_per_dataset=config.sequences_for(dataset_path),
-            dtype_code=None,
-        )
-
-    @staticmethod
-    def _checked_indices(dataset: Any, indices: Any) -> numpy.ndarray:
-        indices = numpy.asarray(indices)
-        if indices.ndim != 1 or (indices.size and indices.dtype.kind not in "iu"):
-            raise ConfigError(
-                f"indexed_indices must be a 1-D integer array, got "
-                f"{indices.dtype} with shape {indices.shape}"
-            )
-        count = GPTDataset.numel_low_level_dataset(dataset)
-        if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= count):
-            raise ConfigError(
-                f"indexed_indices reach [{int(indices.min())}, "
-                f"{int(indices.max())}] but the dataset has {count} sequences"
-            )
-        return indices
+        return open_low_level(dataset_path, config)
 
     # -- identity and cache ----------------------------------------------------------
-    def _data_identity(self) -> Any:
-        if isinstance(self.dataset, _PAIRS):
-            identity = self.dataset.file_identity()  # of the files as opened (or known)
-            if identity is not None:
-                return identity
-        identity = read_attribute(self.dataset, "unique_identifiers", None)
-        if identity is not None:
-            return identity
-        prefix = read_attribute(self.dataset, "path_prefix", None)
-        if prefix is None or str(prefix).startswith(("s3://", "msc://")):
-            return OrderedDict([("class", type(self.dataset).__name__), ("path_prefix", prefix)])
-        return file_identity(prefix)
-
     @property
     def cache_identifiers(self) -> OrderedDict[str, Any]:
         """Megatron's identifiers plus everything else that shapes the indices."""
@@ -193,7 +149,7 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
         identifiers["add_extra_token_to_sequence"] = bool(self.config.add_extra_token_to_sequence)
         identifiers["drop_last_partial_sequence"] = self._drop_last_partial_sequence()
         identifiers["sequence_count"] = self.numel_low_level_dataset(self.dataset)
-        identifiers["data"] = self._data_identity()
+        identifiers["data"] = data_identity(self.dataset)
         return identifiers
 
     @property
@@ -207,16 +163,6 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
             return bool(self.config.drop_last_partial_validation_sequence)
         return True
 
-    def _cache_dir(self) -> Optional[str]:
-        if self.config.path_to_cache:
-            return self.config.path_to_cache
-        prefix = read_attribute(self.dataset, "path_prefix", None)
-        if self.config.mock or prefix is None:
-            return None
-        if storage.is_remote(prefix):  # not ./s3:/... (megatron-core's folder)
-            prefix = storage.local_folder_for(prefix, self.config)
-        return os.path.join(prefix, "cache", f"{type(self).__name__}_indices")
-
     def cached_indices_from_cache(self) -> CachedIndices:
         """The indices from tokenloom's index cache: loaded or built now, or deferred
         (``defer_npy_index_mmap`` over an existing entry, or a warm start that knows the
@@ -229,7 +175,7 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
     def _acquire_indices(
         self, index_cache: Optional[IndexCache], warm_start: Optional[WarmStart]
     ) -> CachedIndices:
-        directory = self._cache_dir()
+        directory = default_cache_dir(self.config, self.dataset, type(self).__name__)
         verify = "size" if self.config.fast_cache_load else "checksum"
         checks = None if self.indices is None else {"indices": array_digest(self.indices)}
         cache = (

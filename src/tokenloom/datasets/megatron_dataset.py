@@ -158,7 +158,7 @@ def _megatron_default(obj: Any) -> Any:
     return tokenizer_identity(obj)
 
 
-def _special_tokens(tokenizer: Any) -> list:
+def _special_tokens(tokenizer: Any) -> list[Any]:
     try:
         tokens = [v for k, v in tokenizer.special_tokens_dict.items() if k != "pad_token"]
     except Exception:  # noqa: BLE001 - any read that raises means "no special tokens"

@@ -74,7 +74,9 @@ class MockGPTLowLevelDataset:
                 f"mock document {idx} has {size} tokens; cannot read "
                 f"offset={offset} length={length}"
             )
-        tokens = (numpy.arange(offset, offset + length, dtype=numpy.int64) + 1) % self.vocab_size
+        tokens: numpy.ndarray = (
+            numpy.arange(offset, offset + length, dtype=numpy.int64) + 1
+        ) % self.vocab_size
         if length and offset + length == size:
             tokens[-1] = self.eod_token
         return tokens

@@ -56,7 +56,8 @@ def normalize(weights: Sequence[float]) -> list[float]:
             f"weights {list(weights)} sum to {float(total)}; they must be finite, non-negative "
             "and sum to a finite positive number: scale them down (only their ratios matter)"
         )
-    return (array / total).tolist()
+    normalized: list[float] = (array / total).tolist()
+    return normalized
 
 
 def parse_and_normalize_split(split: str) -> list[float]:

@@ -98,7 +98,7 @@ def get_blend_per_split_from_dict(
     return blends
 
 
-def get_blend_per_split_from_file(path: Union[str, os.PathLike]) -> list[Optional[Blend]]:
+def get_blend_per_split_from_file(path: Union[str, os.PathLike[str]]) -> list[Optional[Blend]]:
     """Read a ``--per-split-data-args-path`` JSON file into ``blend_per_split``."""
     # get_blend_per_split_from_dict checks the JSON value is an object
     data = cast("Mapping[str, object]", _read_json(path))
@@ -108,7 +108,7 @@ def get_blend_per_split_from_file(path: Union[str, os.PathLike]) -> list[Optiona
 _MAX_JSON_BYTES = 256 << 20  # a sequences-per-dataset file of a million prefixes
 
 
-def _read_json(path: Union[str, os.PathLike]) -> object:
+def _read_json(path: Union[str, os.PathLike[str]]) -> object:
     """The JSON file at ``path``, read bounded in size and depth (a ConfigError else)."""
     try:
         return read_json_file(
@@ -139,7 +139,7 @@ def _counts(prefix: str, value: object, source: str) -> tuple[int, int]:
 
 
 def load_sequences_per_dataset(
-    source: Union[str, os.PathLike, Mapping[str, object]],
+    source: Union[str, os.PathLike[str], Mapping[str, object]],
 ) -> dict[str, tuple[int, int]]:
     """Normalise ``sequences_per_dataset`` (a JSON path or a mapping) to
     ``{prefix: (sequence_count, document_count)}``."""
