@@ -4,28 +4,58 @@ The names below follow megatron-core, so migrating is a change of imports::
 
     from tokenloom import BlendedMegatronDatasetBuilder, GPTDatasetConfig, GPTDataset
 
-Importing tokenloom needs only numpy; torch, numba and tokenizers are imported where
-they are used.
+Importing tokenloom loads nothing else: each name below is imported at its first use
+(PEP 562), so ``import tokenloom.format`` does not load the builder, the datasets or
+object storage.  torch, numba and tokenizers are imported where they are used.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-from tokenloom.builder import BlendedMegatronDatasetBuilder
-from tokenloom.datasets.blended import BlendedDataset
-from tokenloom.datasets.config import BlendedMegatronDatasetConfig, GPTDatasetConfig
-from tokenloom.datasets.gpt import GPTDataset
-from tokenloom.datasets.mock import MockGPTDataset
-from tokenloom.datasets.split import Split
-from tokenloom.errors import (
-    CacheError,
-    ConfigError,
-    DistributedError,
-    FormatError,
-    PreprocessError,
-    TokenizerError,
-    TokenloomError,
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from tokenloom._version import __version__
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports these
+    from tokenloom.builder import BlendedMegatronDatasetBuilder
+    from tokenloom.datasets.blended import BlendedDataset
+    from tokenloom.datasets.config import BlendedMegatronDatasetConfig, GPTDatasetConfig
+    from tokenloom.datasets.gpt import GPTDataset
+    from tokenloom.datasets.mock import MockGPTDataset
+    from tokenloom.datasets.split import Split
+    from tokenloom.errors import (
+        CacheError,
+        ConfigError,
+        DistributedError,
+        FormatError,
+        PreprocessError,
+        TokenizerError,
+        TokenloomError,
+    )
+    from tokenloom.format import DType, IndexedDataset, IndexedDatasetBuilder, optimal_dtype
+
+#: ``(module, names it defines)`` of every exported name, imported at first access
+_EXPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tokenloom.format", ("DType", "IndexedDataset", "IndexedDatasetBuilder", "optimal_dtype")),
+    ("tokenloom.datasets.blended", ("BlendedDataset",)),
+    ("tokenloom.builder", ("BlendedMegatronDatasetBuilder",)),
+    ("tokenloom.datasets.config", ("BlendedMegatronDatasetConfig", "GPTDatasetConfig")),
+    ("tokenloom.datasets.gpt", ("GPTDataset",)),
+    ("tokenloom.datasets.mock", ("MockGPTDataset",)),
+    ("tokenloom.datasets.split", ("Split",)),
+    (
+        "tokenloom.errors",
+        (
+            "CacheError",
+            "ConfigError",
+            "DistributedError",
+            "FormatError",
+            "PreprocessError",
+            "TokenizerError",
+            "TokenloomError",
+        ),
+    ),
 )
-from tokenloom.format import DType, IndexedDataset, IndexedDatasetBuilder, optimal_dtype
 
 __all__ = [
     "__version__",
@@ -51,3 +81,17 @@ __all__ = [
     "TokenizerError",
     "TokenloomError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The exported ``name``, imported from its module (a no-op after the first time:
+    the module is then in ``sys.modules``)."""
+    for module, names in _EXPORTS:
+        if name in names:
+            return getattr(importlib.import_module(module), name)
+    raise AttributeError(f"module 'tokenloom' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The exported names and the submodules already imported."""
+    return sorted(set(globals()) | set(__all__))

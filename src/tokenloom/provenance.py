@@ -61,7 +61,7 @@ def tool_version() -> str:
     try:
         return metadata.version("tokenloom")
     except metadata.PackageNotFoundError:
-        from tokenloom import __version__
+        from tokenloom._version import __version__
 
         return __version__
 

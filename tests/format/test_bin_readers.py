@@ -1,4 +1,5 @@
-"""The .bin readers: mmap, file pointer with retry/back-off, and the object-storage seam."""
+"""The .bin readers: mmap, file pointer with retry/back-off; local paths only (object
+storage goes through tokenloom.format.remote, tests/storage)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,11 @@ from tests.support.format_files import write_dataset
 
 from tokenloom.errors import ConfigError, FormatError
 from tokenloom.format import (
-    BinReader,
     FileBinReader,
     IndexedDataset,
     MMapBinReader,
     bin_readers,
     make_bin_reader,
-    register_bin_reader,
 )
 
 
@@ -85,48 +84,17 @@ def test_file_reader_reopens_after_fork(bin_file):
 def test_factory_chooses_reader(bin_file):
     assert isinstance(make_bin_reader(bin_file), MMapBinReader)
     assert isinstance(make_bin_reader(bin_file, mmap=False), FileBinReader)
-    with pytest.raises(ConfigError, match="mmap=False"):
-        make_bin_reader("s3://bucket/t.bin", mmap=True, object_storage_config=object())
+    with pytest.raises(ConfigError, match="object_storage_config is given for a local path"):
+        make_bin_reader(bin_file, mmap=False, object_storage_config=object())
     with pytest.raises(ConfigError, match="no reader for storage scheme 'nostore'"):
-        make_bin_reader("nostore://bucket/t.bin", mmap=False, object_storage_config=object())
+        make_bin_reader("nostore://bucket/t.bin", mmap=False)
 
 
-class DirectoryStore(BinReader):
-    """A stand-in object store: ``dirstore://key`` maps to a local folder (real files)."""
-
-    def __init__(self, path, config):
-        self.path = path
-        self._inner = FileBinReader(os.path.join(config.root, path.split("://", 1)[1]))
-
-    def read(self, dtype, count, offset):
-        return self._inner.read(dtype, count, offset)
-
-
-def test_object_storage_seam(tmp_path):
-    write_dataset(tmp_path / "remote" / "corpus", [[[1, 2]], [[3]]])
-
-    class Config:
-        root = str(tmp_path / "remote")
-        path_to_idx_cache = str(tmp_path / "cache")
-
-    def fetch(remote, local, config):
-        os.makedirs(os.path.dirname(local), exist_ok=True)
-        key = remote.split("://", 1)[1]
-        with open(os.path.join(config.root, key), "rb") as src, open(local, "wb") as dst:
-            dst.write(src.read())
-
-    register_bin_reader("dirstore", DirectoryStore, fetch_index=fetch)
-    dataset = IndexedDataset("dirstore://corpus", mmap=False, object_storage_config=Config())
-    assert [s.tolist() for s in dataset] == [[1, 2], [3]]
-    assert dataset.tokens is None
-    assert (tmp_path / "cache" / "corpus.idx").exists()
-
-
-def test_dict_object_storage_config_resolves_index_cache(tmp_path):
-    local = bin_readers.resolve_index_path(
-        "s3://bucket/data/x.idx", {"path_to_idx_cache": str(tmp_path)}
-    )
-    assert local == str(tmp_path / "bucket" / "data" / "x.idx")
-    assert bin_readers.resolve_index_path("/plain/x.idx") == "/plain/x.idx"
-    with pytest.raises(ConfigError, match="path_to_idx_cache"):
-        bin_readers.resolve_index_path("s3://bucket/x.idx", {})
+def test_a_local_open_refuses_urls_and_storage_configs_before_reading(tmp_path):
+    prefix = write_dataset(tmp_path / "corpus", [[[1, 2]], [[3]]])
+    with pytest.raises(ConfigError, match=r"gs://bucket/corpus: no reader for storage scheme 'gs'"):
+        IndexedDataset("gs://bucket/corpus", mmap=False)
+    for mmap in (True, False):
+        with pytest.raises(ConfigError, match="object_storage_config is given for a local path"):
+            IndexedDataset(prefix, mmap=mmap, object_storage_config={"path_to_idx_cache": "x"})
+    assert [s.tolist() for s in IndexedDataset(prefix, mmap=False)] == [[1, 2], [3]]

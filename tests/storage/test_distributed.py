@@ -19,8 +19,8 @@ LOCAL_RANKS, LOCAL_WORLD_SIZES = [0, 1, 0], [2, 2, 1]  # ranks 0,1 on node A, ra
 
 
 def worker(out_dir: str) -> None:
+    from tokenloom.builder.remote_indices import fetch_indices_on_rank0_then_others
     from tokenloom.storage import ObjectStorageConfig, RetryPolicy
-    from tokenloom.storage.index_cache import fetch_indices_on_rank0_then_others
 
     rank, _ = harness.init_worker()
     node = "nodeA" if rank < 2 else "nodeB"

@@ -31,10 +31,10 @@ from typing import Any, Optional, Union
 
 import numpy
 
-from tokenloom import storage
 from tokenloom.attributes import read_attribute
 from tokenloom.builder.agreement import check_ranks_agree, sample_fingerprint
 from tokenloom.builder.manifest import cache_manifest, cache_visible, cyclic_gc_paused
+from tokenloom.builder.remote_indices import prefetch_remote_indices
 from tokenloom.builder.sizes import check_sizes, get_size_per_split_per_dataset
 from tokenloom.builder.startup import Startup, accepts_start_keywords
 from tokenloom.cache import EntryPacker, IndexCache
@@ -125,7 +125,7 @@ class BlendedMegatronDatasetBuilder:
         """
         if not read_attribute(self.config, "fast_cache_load", False):  # then no rank exchanges
             check_ranks_agree(sample_fingerprint(self.config, self.sizes, self.cls), self.comm)
-        storage.prefetch_remote_indices(self.config, self.comm)  # s3:// .idx: once per node
+        prefetch_remote_indices(self.config, self.comm)  # s3:// .idx: once per node
         with cyclic_gc_paused():
             datasets = self._build_blended_dataset_splits()
         for dataset in datasets:

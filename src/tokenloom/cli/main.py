@@ -48,7 +48,7 @@ def _installed_version() -> str:
     try:
         return metadata.version("tokenloom")
     except metadata.PackageNotFoundError:  # running from a source tree that is not installed
-        from tokenloom import __version__
+        from tokenloom._version import __version__
 
         return f"{__version__} (not installed)"
 

@@ -8,7 +8,6 @@ from tokenloom.format.bin_readers import (
     FileBinReader,
     MMapBinReader,
     make_bin_reader,
-    register_bin_reader,
 )
 from tokenloom.format.dtypes import DType, optimal_dtype
 from tokenloom.format.identity import file_identity
@@ -43,7 +42,6 @@ __all__ = [
     "MMapBinReader",
     "FileBinReader",
     "make_bin_reader",
-    "register_bin_reader",
     "MissingFileError",
     "IndexOutOfRangeError",
 ]

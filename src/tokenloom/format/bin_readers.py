@@ -1,9 +1,9 @@
-"""Readers of the ``.bin`` token file: memory map, file pointer, and a seam for object storage.
+"""Readers of a local ``.bin`` token file: memory map and file pointer.
 
-Every reader implements :class:`BinReader`.  :func:`make_bin_reader` picks one from the
-``IndexedDataset`` arguments.  Object-storage readers (S3, MSC) register themselves with
-:func:`register_bin_reader` under their URL scheme and are then chosen for paths like
-``s3://bucket/prefix`` when an ``object_storage_config`` is given.
+Every reader implements :class:`BinReader`.  :func:`make_bin_reader` picks one for a
+local file from the ``IndexedDataset`` arguments.  ``s3://`` and ``msc://`` pairs take
+one other path, :mod:`tokenloom.format.remote`, whose reader
+(:class:`tokenloom.storage.ObjectBinReader`) implements the same interface.
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import Any, Optional, Union
 
 import numpy
 import numpy.typing as npt
 
-from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError, FormatError
 from tokenloom.format._mapping import LIVE_MAPPINGS, Buffer, map_readonly, release
 from tokenloom.format.spec import MissingFileError, open_regular_file
@@ -258,72 +256,35 @@ class FileBinReader(BinReader):
         self._lock = threading.Lock()
 
 
-ReaderFactory = Callable[[str, object], BinReader]
-IndexFetcher = Callable[[str, str, object], None]
-_OBJECT_STORAGE_READERS: dict[str, ReaderFactory] = {}
-_INDEX_FETCHERS: dict[str, IndexFetcher] = {}
-
-
-def register_bin_reader(
-    scheme: str, factory: ReaderFactory, fetch_index: Optional[IndexFetcher] = None
-) -> None:
-    """Register ``factory(bin_path, object_storage_config)`` for paths ``scheme://...``.
-
-    ``fetch_index(remote_idx_path, local_idx_path, object_storage_config)``, when given,
-    downloads the ``.idx`` to the local cache path before it is opened.
-    """
-    _OBJECT_STORAGE_READERS[scheme] = factory
-    if fetch_index is not None:
-        _INDEX_FETCHERS[scheme] = fetch_index
-
-
 def storage_scheme(path: str) -> Optional[str]:
     """Return the URL scheme of ``path`` (``"s3"`` for ``s3://...``), None for local paths."""
     head, sep, _ = str(path).partition("://")
     return head if sep and head.isidentifier() else None
 
 
-def resolve_index_path(idx_path: str, object_storage_config: object = None) -> str:
-    """Local path of the ``.idx`` to open: ``idx_path`` itself for local files; for
-    ``scheme://bucket/key.idx`` the copy under ``object_storage_config.path_to_idx_cache``
-    (an attribute, or a key of a dict config), fetched first by the scheme's registered
-    ``fetch_index`` when that copy is missing."""
-    scheme = storage_scheme(idx_path)
-    if scheme is None:
-        return idx_path
-    if isinstance(object_storage_config, dict):
-        cache = object_storage_config.get("path_to_idx_cache")
-    else:
-        cache = read_attribute(object_storage_config, "path_to_idx_cache", None)
-    if cache is None:
+def check_local(path: str, object_storage_config: object = None) -> None:
+    """ConfigError unless ``path`` names a local file and no object-storage config is
+    given (``s3://`` / ``msc://`` prefixes are opened by :mod:`tokenloom.format.remote`)."""
+    scheme = storage_scheme(path)
+    if scheme is not None:
         raise ConfigError(
-            f"{idx_path}: object storage paths need an object_storage_config with path_to_idx_cache"
+            f"{path}: no reader for storage scheme {scheme!r}; tokenloom reads s3:// and "
+            "msc:// prefixes (through IndexedDataset) and local paths"
         )
-    local = os.path.join(cache, str(idx_path).split("://", 1)[1])
-    fetch = _INDEX_FETCHERS.get(scheme)
-    if fetch is not None and not os.path.exists(local):
-        fetch(idx_path, local, object_storage_config)
-    return local
+    if object_storage_config is not None:
+        raise ConfigError(
+            f"{path}: object_storage_config is given for a local path; pass it only with "
+            "s3:// or msc:// prefixes (drop it to read the local file)"
+        )
 
 
 def make_bin_reader(
     bin_path: str, mmap: bool = True, object_storage_config: object = None
 ) -> BinReader:
-    """Choose the reader for ``bin_path``: object storage, memory map or file pointer."""
-    scheme = storage_scheme(bin_path)
-    if object_storage_config is not None or scheme is not None:
-        if mmap:
-            raise ConfigError(
-                f"{bin_path}: object storage data cannot be memory-mapped; pass mmap=False"
-            )
-        factory = _OBJECT_STORAGE_READERS.get(scheme or "")
-        if factory is None:
-            known = ", ".join(sorted(_OBJECT_STORAGE_READERS)) or "none registered"
-            raise ConfigError(
-                f"{bin_path}: no reader for storage scheme {scheme!r} (available: {known}); "
-                "register one with tokenloom.format.register_bin_reader"
-            )
-        return factory(bin_path, object_storage_config)
+    """The reader of a local ``bin_path``: a memory map, or a file pointer with
+    ``mmap=False``; ConfigError for a URL or an ``object_storage_config``
+    (:func:`check_local`)."""
+    check_local(bin_path, object_storage_config)
     return MMapBinReader(bin_path) if mmap else FileBinReader(bin_path)
 
 
@@ -331,8 +292,7 @@ __all__ = [
     "BinReader",
     "MMapBinReader",
     "FileBinReader",
-    "register_bin_reader",
+    "check_local",
     "storage_scheme",
     "make_bin_reader",
-    "resolve_index_path",
 ]

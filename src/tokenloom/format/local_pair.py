@@ -13,7 +13,7 @@ from typing import Any, Optional
 import numpy
 
 from tokenloom.errors import FormatError
-from tokenloom.format.bin_readers import BinReader, make_bin_reader, resolve_index_path
+from tokenloom.format.bin_readers import BinReader, check_local, make_bin_reader
 from tokenloom.format.index_file import IndexFile
 from tokenloom.format.publish import reading
 from tokenloom.format.spec import get_bin_path, get_idx_path
@@ -32,7 +32,8 @@ def open_local(
 ) -> tuple[IndexFile, BinReader]:
     """The ``.idx`` and a ``.bin`` reader of a local pair, opened under the publish
     read lock (never one file of an old pair and one of a new one)."""
-    idx_path = resolve_index_path(get_idx_path(path_prefix), object_storage_config)
+    check_local(path_prefix, object_storage_config)  # a URL or a config: a clear error
+    idx_path = get_idx_path(path_prefix)
     with reading(path_prefix):  # never one file of an old pair and one of a new one
         index = IndexFile(
             idx_path,

@@ -5,32 +5,27 @@ mapped like a local one; the ``.bin`` is read by ranges through
 :class:`tokenloom.storage.ObjectBinReader`.  The identity of a remote pair is the
 digest and size of the ``.idx`` plus the size and ETag of the ``.bin`` (no mtimes: a
 copy downloaded on another node must give the same identity).
+
+:mod:`tokenloom.storage` (ranked below format, see docs/architecture.md) is imported
+only when a remote prefix is opened, so ``import tokenloom.format`` and local pairs
+never load it; :func:`is_remote` answers without it.
 """
 
 from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from typing import Any, Optional, cast
+from typing import Any, Optional, Union, cast
 
 from tokenloom.errors import FormatError
 from tokenloom.format.bin_readers import BinReader
 from tokenloom.format.identity import DIGEST_NAME
 from tokenloom.format.index_file import IndexFile
 from tokenloom.format.spec import get_bin_path, get_idx_path
-from tokenloom.storage import (
-    ObjectBinReader,
-    config_or_default,
-    dataset_exists,
-    fetch_index,
-    index_cache_path,
-    is_remote,
-    open_object,
-    open_remote_pair,
-    parse_url,
-)
 
-BinReader.register(ObjectBinReader)  # it implements the interface (storage cannot import format)
+#: the prefixes of object storage, as ``tokenloom.storage.urls.REMOTE_PREFIXES`` (a test
+#: checks they agree): known here so that a local path never imports storage
+REMOTE_PREFIXES = ("s3://", "msc://")
 
 __all__ = [
     "is_remote",
@@ -40,6 +35,11 @@ __all__ = [
     "fetched_index",
     "index_and_bin_size",
 ]
+
+
+def is_remote(path: Union[str, os.PathLike[str]]) -> bool:
+    """True for ``s3://...`` and ``msc://...`` paths (Megatron's ``is_object_storage_path``)."""
+    return isinstance(path, str) and path.startswith(REMOTE_PREFIXES)
 
 
 def open_remote(
@@ -52,6 +52,9 @@ def open_remote(
     check_documents: bool,
 ) -> tuple[IndexFile, BinReader]:
     """The mapped cached ``.idx`` and the ``.bin`` reader of a remote pair."""
+    from tokenloom.storage import ObjectBinReader, open_remote_pair
+
+    BinReader.register(ObjectBinReader)  # it implements the interface (storage is below format)
     local_idx, reader = open_remote_pair(path_prefix, config, mmap)
     try:
         index = IndexFile(
@@ -74,6 +77,8 @@ def remote_identity(
     index: Optional[IndexFile], reader: Any
 ) -> Optional[OrderedDict[str, OrderedDict[str, object]]]:
     """``{"idx": {size, digest}, "bin": {size, etag}}`` of an open remote pair."""
+    from tokenloom.storage import ObjectBinReader
+
     if index is None or index.stat is None or not isinstance(reader, ObjectBinReader):
         return None
     digest = index.digest()
@@ -88,12 +93,16 @@ def remote_identity(
 
 def remote_exists(path_prefix: str) -> bool:
     """Whether both objects of a remote pair exist."""
+    from tokenloom.storage import dataset_exists
+
     return dataset_exists(path_prefix)
 
 
 def fetched_index(path_prefix: str, config: Any = None) -> str:
     """The local copy of a remote pair's ``.idx`` (fetched unless fresh), for
     ``tokenloom inspect``; without a config the default cache folder is used."""
+    from tokenloom.storage import config_or_default, fetch_index
+
     return fetch_index(path_prefix + ".idx", config_or_default(config))
 
 
@@ -101,6 +110,8 @@ def index_and_bin_size(dataset: Any) -> tuple[str, int]:
     """``(path of the .idx file read, size of the .bin)`` of an open local or remote pair."""
     prefix = dataset.path_prefix
     if is_remote(prefix):
+        from tokenloom.storage import config_or_default, index_cache_path, open_object, parse_url
+
         config = config_or_default(dataset.object_storage_config)
         size = dataset.bin_reader.size
         if size is None:  # a client that tells no size: the object is read through

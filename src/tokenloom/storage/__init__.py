@@ -5,8 +5,10 @@
   :class:`RetryPolicy`.
 * :func:`open_remote_dataset`: ``.idx`` fetched into Megatron's cache layout (reused
   when its ETag and size match), ``.bin`` read by :class:`ObjectBinReader`.
-* :func:`dataset_exists`, :func:`upload_dataset`, :func:`fetch_index`,
-  :func:`fetch_indices_on_rank0_then_others`.
+* :func:`dataset_exists`, :func:`upload_dataset`, :func:`fetch_index`.
+
+Storage knows nothing of ranks: the ``.idx`` download of a blend under
+torch.distributed is :mod:`tokenloom.builder.remote_indices`.
 
 boto3 (``tokenloom[s3]``) and multi-storage-client (``tokenloom[msc]``) are imported
 only when a request is made.
@@ -33,13 +35,13 @@ from tokenloom.storage.datasets import (
 )
 from tokenloom.storage.index_cache import (
     fetch_index,
-    fetch_indices_on_rank0_then_others,
     index_cache_path,
+    is_fresh,
+    recorded_infos,
 )
 from tokenloom.storage.integration import (
     local_folder_for,
     open_remote_pair,
-    prefetch_remote_indices,
     storage_config_for,
 )
 from tokenloom.storage.objects import ObjectInfo, RemoteObject
@@ -64,15 +66,15 @@ __all__ = [
     "dataset_exists",
     "default_idx_cache",
     "fetch_index",
-    "fetch_indices_on_rank0_then_others",
     "index_cache_path",
+    "is_fresh",
     "is_remote",
     "local_folder_for",
     "open_object",
     "open_remote_dataset",
     "open_remote_pair",
     "parse_url",
-    "prefetch_remote_indices",
+    "recorded_infos",
     "remote_object_identity",
     "storage_config_for",
     "upload_dataset",

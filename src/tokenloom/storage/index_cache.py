@@ -16,9 +16,10 @@ A client that tells no size or no ETag (a HEAD answered ``{}``, an MSC client wi
 digest of its content stands in for the ETag, and the cached copy is kept, untouched,
 when it has the same content.
 
-:func:`fetch_indices_on_rank0_then_others` does the download under
-``torch.distributed``: rank 0 first, then one download per node whose cache rank 0's
-copy is not visible from, failures raised on every rank.
+Object storage knows nothing of ranks: the download of a blend's ``.idx`` files under
+``torch.distributed`` (rank 0 first, then once per node) is
+:func:`tokenloom.builder.remote_indices.fetch_indices_on_rank0_then_others`, which calls
+:func:`fetch_index` and :func:`recorded_infos`.
 """
 
 from __future__ import annotations
@@ -30,9 +31,8 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from tokenloom.atomic import atomic_write_bytes, temporary_sibling
-from tokenloom.distributed import Communicator, build_on_rank0_then_load
 from tokenloom.errors import ConfigError
-from tokenloom.storage.config import ObjectStorageConfig, coerce_config
+from tokenloom.storage.config import coerce_config
 from tokenloom.storage.objects import ObjectInfo, RemoteObject, file_content_info
 from tokenloom.storage.open import open_object
 from tokenloom.storage.urls import parse_url
@@ -133,7 +133,10 @@ def _fetch_by_content(idx_url: str, remote: RemoteObject, local: str) -> str:
     return local
 
 
-def _describe(config: ObjectStorageConfig, idx_urls: Sequence[str]) -> dict[str, ObjectInfo]:
+def recorded_infos(config: Any, idx_urls: Sequence[str]) -> dict[str, ObjectInfo]:
+    """``{url: ObjectInfo}`` of the cached copies whose ETag record is readable: what a
+    rank that fetched them tells the others (who then skip the HEAD if they see the same)."""
+    config = coerce_config(config)
     described = {}
     for url in idx_urls:
         record = _read_record(index_cache_path(url, config.path_to_idx_cache))
@@ -142,36 +145,4 @@ def _describe(config: ObjectStorageConfig, idx_urls: Sequence[str]) -> dict[str,
     return described
 
 
-def fetch_indices_on_rank0_then_others(
-    idx_urls: Sequence[str], config: Any, comm: Optional[Communicator] = None
-) -> list[str]:
-    """:func:`fetch_index` for every URL: rank 0 first, then every other rank, with one
-    download per node (node-local cache folders work); a failure raises on all ranks.
-
-    Collective under torch.distributed: every rank must call it with the same URLs.
-    """
-    config = coerce_config(config)
-    urls = list(idx_urls)
-    seen: dict[str, ObjectInfo] = {}
-
-    def construct() -> list[str]:
-        return [fetch_index(url, config, seen.get(url)) for url in urls]
-
-    def is_ready(payload: Any) -> bool:
-        seen.update(payload or {})
-        return all(
-            is_fresh(index_cache_path(url, config.path_to_idx_cache), info)
-            for url, info in seen.items()
-        ) and len(seen) == len(urls)
-
-    result = build_on_rank0_then_load(
-        construct,
-        manifest=lambda _paths: _describe(config, urls),
-        is_ready=is_ready,
-        comm=comm,
-        what=f"the .idx cache of {len(urls)} remote dataset(s)",
-    )
-    return result if result is not None else construct()
-
-
-__all__ = ["index_cache_path", "fetch_index", "is_fresh", "fetch_indices_on_rank0_then_others"]
+__all__ = ["index_cache_path", "fetch_index", "is_fresh", "recorded_infos"]

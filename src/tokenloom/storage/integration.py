@@ -1,22 +1,21 @@
 """What the dataset layers ask of object storage: the config of a remote prefix, its
-local folder for index caches, opening a pair for ``IndexedDataset``, and the ``.idx``
-download of a whole blend under torch.distributed."""
+local folder for index caches, and opening a pair for ``IndexedDataset``.  The ``.idx``
+download of a whole blend under torch.distributed is the builder's
+(:mod:`tokenloom.builder.remote_indices`): storage knows nothing of ranks."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import threading
-from typing import Any, Optional
+from typing import Any
 
 from tokenloom.attributes import read_attribute
-from tokenloom.distributed import Communicator, get_communicator
 from tokenloom.errors import ConfigError
 from tokenloom.storage.bin_reader import ObjectBinReader
 from tokenloom.storage.config import ObjectStorageConfig, coerce_config
 from tokenloom.storage.datasets import config_or_default, open_remote_dataset
-from tokenloom.storage.index_cache import fetch_indices_on_rank0_then_others, index_cache_path
-from tokenloom.storage.urls import is_remote
+from tokenloom.storage.index_cache import index_cache_path
 
 logger = logging.getLogger("tokenloom.storage")
 
@@ -79,27 +78,9 @@ def local_folder_for(path_prefix: str, dataset_config: Any) -> str:
     return index_cache_path(path_prefix, storage_config_for(dataset_config).path_to_idx_cache)
 
 
-def prefetch_remote_indices(dataset_config: Any, comm: Optional[Communicator] = None) -> None:
-    """Under torch.distributed: fetch the ``.idx`` of every remote prefix of the config on
-    rank 0, then once per node, failing on every rank together (a collective: call it on
-    every rank).  A no-op in one process, without remote prefixes, or with
-    ``fast_cache_load`` (every rank then loads on its own)."""
-    prefixes = read_attribute(dataset_config, "prefixes", None)
-    remote = sorted({p for p in (prefixes() if callable(prefixes) else []) if is_remote(p)})
-    if not remote or read_attribute(dataset_config, "fast_cache_load", False):
-        return
-    comm = comm or get_communicator()
-    if comm.world_size == 1:
-        return
-    fetch_indices_on_rank0_then_others(
-        [p + ".idx" for p in remote], storage_config_for(dataset_config), comm
-    )
-
-
 __all__ = [
     "REMOTE_MMAP_NOTE",
     "open_remote_pair",
     "storage_config_for",
     "local_folder_for",
-    "prefetch_remote_indices",
 ]
