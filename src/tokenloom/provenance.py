@@ -142,14 +142,31 @@ def file_record(path: str) -> dict[str, Any]:
     }
 
 
+_OBJECT_SCHEMES = ("s3://", "msc://")
+
+
+def _input_record(path: str) -> dict[str, Any]:
+    """A file's record, or ``{"kind": "object", "path", "bytes", "etag"}`` of an object
+    in object storage (its ETag identifies the content; it is not read again to hash)."""
+    if not path.startswith(_OBJECT_SCHEMES):
+        return file_record(path)
+    from tokenloom.storage.object_file import object_identity
+
+    return {"kind": "object", "path": path, **object_identity(path)}
+
+
 def _expand(patterns: Iterable[Any]) -> list[str]:
     files: list[str] = []
     for pattern in map(os.fspath, patterns):
-        if glob.has_magic(pattern):
+        if pattern.startswith(_OBJECT_SCHEMES):
+            files.append(pattern)
+        elif glob.has_magic(pattern):
             files.extend(sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p)))
         elif os.path.isfile(pattern):
             files.append(pattern)
-    return list(dict.fromkeys(os.path.abspath(path) for path in files))
+    return list(
+        dict.fromkeys(p if p.startswith(_OBJECT_SCHEMES) else os.path.abspath(p) for p in files)
+    )
 
 
 def _directory_record(path: str, kind: str, **extra: Any) -> dict[str, Any]:
@@ -175,7 +192,7 @@ def describe_inputs(inputs: Any) -> list[dict[str, Any]]:
         and inputs
         and all(isinstance(item, (str, os.PathLike)) for item in inputs)
     ):
-        return [file_record(path) for path in _expand(inputs)]
+        return [_input_record(path) for path in _expand(inputs)]
     path, start, stop = (read_attribute(inputs, name, None) for name in ("path", "start", "stop"))
     if isinstance(path, str) and isinstance(start, int) and isinstance(stop, int):
         path = os.path.abspath(path)

@@ -3,8 +3,8 @@
 Megatron's command lines run unchanged: :func:`add_megatron_flags` adds its tokenizer
 and runtime flags, :func:`tokenizer_from_args` builds the tokenizer from either form
 (``--tokenizer SPEC`` or ``--tokenizer-type ...``), :func:`policy_from_args` fills in
-the defaults of each form, and :func:`settings_line` says, in the summary, every
-setting in which the run differs from Megatron-LM main and the flag that changes it.
+the defaults of each form (:mod:`tokenloom.cli._run_settings` says where a run
+differs from Megatron-LM).
 :class:`SuggestingParser` answers a mistyped flag with "did you mean".
 """
 
@@ -15,7 +15,6 @@ import difflib
 from collections.abc import Callable, Mapping
 from typing import Any, Optional, cast
 
-from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 
 TIKTOKEN_SPECIAL_TOKENS = 1000
@@ -104,6 +103,22 @@ def add_megatron_tokenizer_flags(
         group.add_argument(
             "--tokenizer", dest="tokenizer_spec", metavar="SPEC", help="tokenloom's form"
         )
+    _add_tokenizer_files(group)
+    _add_special_token_flags(group, defaults)
+    _add_sentencepiece_flags(group, defaults)
+    group.add_argument(
+        "--tiktoken-num-special-tokens",
+        type=int,
+        default=TIKTOKEN_SPECIAL_TOKENS if defaults else None,
+        metavar="N",
+        help=f"TikTokenizer: ids before the ranks (default {TIKTOKEN_SPECIAL_TOKENS})",
+    )
+    if not defaults:  # preprocess has its own, next to --tokenizer
+        group.add_argument("--tiktoken-pattern", metavar="v1|v2", help="TikTokenizer pattern")
+
+
+def _add_tokenizer_files(group: Any) -> None:
+    """Which tokenizer: its type and the files (or folder) it is built from."""
     group.add_argument(
         "--tokenizer-type",
         metavar="TYPE",
@@ -127,6 +142,10 @@ def add_megatron_tokenizer_flags(
         metavar="N",
         help="TikTokenizer: total ids, special ids included (default 131072)",
     )
+
+
+def _add_special_token_flags(group: Any, defaults: bool) -> None:
+    """What is written besides the text: the HF post-processor's tokens, legacy BOS."""
     group.add_argument(
         "--tokenizer-hf-include-special-tokens",
         "--add-special-tokens",
@@ -153,6 +172,10 @@ def add_megatron_tokenizer_flags(
         help="core_v0.16.1's legacy tokenizers: HF includes special tokens, "
         "Llama2Tokenizer prepends BOS",
     )
+
+
+def _add_sentencepiece_flags(group: Any, defaults: bool) -> None:
+    """SentencePiece's whitespace handling and its legacy switch."""
     group.add_argument(
         "--no-tokenizer-sentencepiece-ignore-extra-whitespaces",
         dest="sp_ignore_spaces",
@@ -173,15 +196,6 @@ def add_megatron_tokenizer_flags(
         default=False if defaults else None,
         help="accepted; without --tokenizer-special-tokens it changes nothing",
     )
-    group.add_argument(
-        "--tiktoken-num-special-tokens",
-        type=int,
-        default=TIKTOKEN_SPECIAL_TOKENS if defaults else None,
-        metavar="N",
-        help=f"TikTokenizer: ids before the ranks (default {TIKTOKEN_SPECIAL_TOKENS})",
-    )
-    if not defaults:  # preprocess has its own, next to --tokenizer
-        group.add_argument("--tiktoken-pattern", metavar="v1|v2", help="TikTokenizer pattern")
 
 
 def add_sentence_flags(parser: argparse.ArgumentParser) -> None:
@@ -329,36 +343,6 @@ def splitter_from_args(args: argparse.Namespace) -> Any:
     return None
 
 
-def settings_line(tokenizer: Any, policy: Any, args: argparse.Namespace) -> str:
-    """What is added per document, and every difference from Megatron with its flag."""
-    added = read_attribute(tokenizer, "added_by_post_processor", None)
-    parts = []
-    if added is not None:
-        ids = added()
-        parts.append(
-            f"special tokens: post-processor adds {ids} (--no-add-special-tokens)"
-            if ids
-            else "special tokens: none added"
-        )
-    if read_attribute(tokenizer, "add_bos", False):
-        parts.append(f"BOS {tokenizer.bos} on every document")
-    megatron = {
-        "on_bad_json": "fail",
-        "on_missing_key": "fail",
-        "on_bad_type": "fail",
-        "on_empty": "keep",
-        "on_blank_line": "fail",
-    }
-    for field, value in megatron.items():
-        if getattr(policy, field) != value:
-            flag = "--" + field.replace("_", "-")
-            theirs = "Megatron stops" if value == "fail" else f"Megatron: {value}"
-            parts.append(f"{flag} {getattr(policy, field)} ({theirs})")
-    if read_attribute(args, "split_sentences_rules", False):
-        parts.append("sentences split by rules (Megatron: --split-sentences, punkt)")
-    return "settings: " + ("; ".join(parts) if parts else "as Megatron-LM")
-
-
 __all__ = [
     "SuggestingParser",
     "suggesting",
@@ -369,6 +353,5 @@ __all__ = [
     "add_megatron_tokenizer_flags",
     "policy_from_args",
     "splitter_from_args",
-    "settings_line",
     "megatron_form",
 ]

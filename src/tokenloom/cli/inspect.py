@@ -25,7 +25,8 @@ token id lies in 0..vocab_size-1.
 
 Provenance: a pair made by tokenloom has a sidecar PREFIX.json naming the tokenizer
 (kind, file hash, vocabulary, special tokens), the EOD and special-token settings,
-the inputs (paths, sizes, SHA-256) and the counts; it is shown here.  Pairs made by
+the inputs (paths, sizes, SHA-256) and the counts; it is shown here (also beside an
+s3:// or msc:// pair, where preprocess uploads it).  Pairs made by
 Megatron have none, and need none.
 
 A look at the data: --show N prints the first N documents decoded with --tokenizer
@@ -245,25 +246,6 @@ def _print_text(report: dict) -> None:
             print(f"  - {problem}")
 
 
-def _read_provenance(prefix: str) -> tuple:
-    """``(sidecar or None, notes, why it is unreadable or None)``; a broken or stale
-    sidecar is a note, not a failure."""
-    from tokenloom.provenance import read_sidecar, sidecar_path, stale_problems
-
-    try:
-        record = read_sidecar(prefix)
-    except FormatError as error:
-        why = str(error).removeprefix(f"{sidecar_path(prefix)}: ").split("; ")[0]
-        return None, [f"warning: {error}"], why
-    if record is None:
-        return None, [], None
-    return (
-        record,
-        [f"warning: stale sidecar: {problem}" for problem in stale_problems(prefix, record)],
-        None,
-    )
-
-
 def _look(report: dict, dataset: Any, record: Optional[dict], args: argparse.Namespace) -> None:
     """Add what --show asks: decoded documents with a tokenizer, else sequence token ids."""
     from tokenloom.cli._look import document_rows, resolve_tokenizer
@@ -282,6 +264,7 @@ def _look(report: dict, dataset: Any, record: Optional[dict], args: argparse.Nam
 
 
 def _inspect_one(prefix: str, args: argparse.Namespace) -> dict:
+    from tokenloom.cli._sidecars import read_provenance
     from tokenloom.format.integrity import check_integrity, dataset_summary, open_for_inspection
 
     try:
@@ -290,11 +273,12 @@ def _inspect_one(prefix: str, args: argparse.Namespace) -> dict:
         if args.json:
             return {"prefix": prefix, "ok": False, "problems": [str(error)]}
         raise
-    record, notes, unreadable = _read_provenance(prefix)
     with dataset:
         problems = check_integrity(dataset, args.vocab_size)
+        summary = dataset_summary(dataset)
+        record, notes, unreadable = read_provenance(prefix, summary)
         report = {
-            "summary": dataset_summary(dataset),
+            "summary": summary,
             "ok": not problems,
             "problems": problems,
             "vocab_note": f" (token ids below {args.vocab_size})" if args.vocab_size else "",

@@ -9,16 +9,17 @@ from __future__ import annotations
 import argparse
 import os
 
+from tokenloom.attributes import read_attribute
 from tokenloom.cli._numbers import Bound, check_numbers
 from tokenloom.cli._preprocess_flags import (
     SuggestingParser,
     add_megatron_flags,
     add_sentence_flags,
     policy_from_args,
-    settings_line,
     splitter_from_args,
     tokenizer_from_args,
 )
+from tokenloom.cli._run_settings import run_line
 from tokenloom.tokenizers.spec import SPEC_HELP
 
 DESCRIPTION = """\
@@ -28,8 +29,9 @@ Each input line is a JSON object; the string under each --json-keys key is one d
 (a list of strings: its sentences, one sequence each, as Megatron).  Inputs may be plain,
 gzip, zstd (needs the zstandard package), bzip2 or xz compressed JSONL, or Parquet files
 (a column per key; needs pyarrow), recognised by their first bytes; globs are expanded
-(quote them).  --hf-dataset reads a Hugging Face dataset saved with save_to_disk.  The
-token dtype is uint16 for vocabularies below 65500 ids, else int32 (as Megatron).
+(quote them).  An input may be an object in s3:// or msc:// storage, named in full (no
+globs there), streamed by ranged reads (local engine; docs/object-storage.md).
+--hf-dataset reads a Hugging Face dataset saved with save_to_disk.  The token dtype is uint16 for vocabularies below 65500 ids, else int32 (as Megatron).
 
 Megatron-LM's own command lines work unchanged (--tokenizer-type, --tokenizer-model,
 --vocab-file, --merge-file, --partitions, ...) and write Megatron-LM main's bytes; the
@@ -97,13 +99,28 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.__class__ = SuggestingParser  # unknown flags get "did you mean"
+    _add_io_flags(parser)
+    _add_tokenizing_flags(parser)
+    add_megatron_flags(parser)
+    add_sentence_flags(parser)
+    _add_policies(parser)
+    from tokenloom.preprocess.ray_engine.cli import add_engine_flags
+
+    add_engine_flags(parser)  # --engine ray [--address] [--num-shards] [--no-merge] (docs/ray.md)
+    _add_progress_flags(parser)
+    parser.set_defaults(func=run)
+
+
+def _add_io_flags(parser) -> None:
+    """What is read and where the outputs go."""
     parser.add_argument(
         "--input",
         nargs="+",
         action="extend",
         default=None,
         metavar="FILE_OR_GLOB",
-        help="JSONL or Parquet files or glob patterns (repeatable)",
+        help="JSONL or Parquet files or glob patterns (repeatable); also s3://BUCKET/KEY "
+        "and msc://PROFILE/PATH objects, each named in full (local engine)",
     )
     parser.add_argument(
         "--hf-dataset",
@@ -114,8 +131,16 @@ def register(subparsers) -> None:
         "--hf-split", metavar="NAME", help="the split of a --hf-dataset DatasetDict"
     )
     parser.add_argument(
-        "--output-prefix", required=True, metavar="P", help="outputs are P_{key}_document.bin/.idx"
+        "--output-prefix",
+        required=True,
+        metavar="P",
+        help="outputs are P_{key}_document.bin/.idx (P may be s3://... or msc://...: "
+        "written locally, uploaded when done)",
     )
+
+
+def _add_tokenizing_flags(parser) -> None:
+    """tokenloom's tokenizer form, the keys, EOD and the parallelism."""
     parser.add_argument("--tokenizer", default=None, metavar="SPEC", help=SPEC_HELP)
     parser.add_argument(
         "--json-keys",
@@ -157,12 +182,9 @@ def register(subparsers) -> None:
         help=f"input MiB per tokenizer batch at most, a number in (0, {MAX_CHUNK_MB}] "
         "(default 1; inputs of a few MB are cut finer, so that the stages overlap)",
     )
-    add_megatron_flags(parser)
-    add_sentence_flags(parser)
-    _add_policies(parser)
-    from tokenloom.preprocess.ray_engine.cli import add_engine_flags
 
-    add_engine_flags(parser)  # --engine ray [--address] [--num-shards] [--no-merge] (docs/ray.md)
+
+def _add_progress_flags(parser) -> None:
     parser.add_argument(
         "--progress",
         dest="show_progress",
@@ -176,7 +198,6 @@ def register(subparsers) -> None:
         action="store_false",
         help="never show the progress bar",
     )
-    parser.set_defaults(func=run)
 
 
 def _add_policies(parser) -> None:
@@ -203,24 +224,42 @@ def _inputs(args):
     return args.input
 
 
+def _published(summary, staged_prefix: str, output_prefix: str) -> None:
+    """Name the outputs where they were published: a remote ``--output-prefix`` is
+    written under a local staging prefix first, which is gone once uploaded."""
+    if staged_prefix == output_prefix:
+        return
+    for stats in summary.outputs.values():
+        if stats.path_prefix.startswith(staged_prefix):
+            stats.path_prefix = output_prefix + stats.path_prefix[len(staged_prefix) :]
+
+
+def _check_remote_output(args) -> None:
+    from tokenloom.errors import ConfigError
+    from tokenloom.storage.urls import is_remote
+
+    if is_remote(args.output_prefix) and read_attribute(args, "no_merge", False):
+        raise ConfigError(
+            f"--no-merge keeps the shards in a folder and lists their paths, which "
+            f"--output-prefix {args.output_prefix} (object storage) cannot hold; drop "
+            "--no-merge, or write to a shared folder and upload the shards yourself"
+        )
+
+
 def run(args) -> int:
     from tokenloom.preprocess import preprocess
     from tokenloom.preprocess.ray_engine.cli import engine_from_args
+    from tokenloom.storage.staging import staged_output
 
     check_numbers(args, BOUNDS)
     preprocess = engine_from_args(args, preprocess)  # the local engine, or --engine ray
+    _check_remote_output(args)
     inputs = _inputs(args)
     # --workers is the one parallelism knob: keep Hugging Face's thread pool out of it
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     tokenizer = tokenizer_from_args(args)
     policy, splitter = policy_from_args(args), splitter_from_args(args)
-    print(
-        f"tokenloom preprocess: {tokenizer!r}, {len(args.json_keys)} key(s), "
-        f"{args.workers} worker(s); {settings_line(tokenizer, policy, args)}",
-        flush=True,
-    )
-    from tokenloom.storage.staging import staged_output
-
+    print(run_line(tokenizer, policy, args), flush=True)
     # s3:// / msc:// outputs: written and finalized locally, uploaded only on success
     with staged_output(args.output_prefix) as output_prefix:
         summary = preprocess(
@@ -238,6 +277,7 @@ def run(args) -> int:
             sentence_splitter=splitter,
             log_interval=args.log_interval,
         )
+    _published(summary, output_prefix, args.output_prefix)
     for line in summary.lines():
         print(line)
     return 0

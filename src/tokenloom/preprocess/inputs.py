@@ -4,6 +4,8 @@ Compression is recognised by the file's first bytes, not its name: gzip, zstanda
 (needs the optional ``zstandard`` package, imported only for such files), bzip2, xz,
 or none.  Files are read in blocks and cut after the last newline of each block, so
 every :class:`RawChunk` holds whole lines and knows the number of its first line.
+An input may also be an object in object storage (``s3://``, ``msc://``), read the
+same way (:mod:`tokenloom.preprocess.remote_inputs`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,15 @@ import lzma
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Optional
 
 from tokenloom.errors import PreprocessError
+from tokenloom.preprocess.remote_inputs import (
+    check_remote_input,
+    is_remote_input,
+    open_remote_input,
+    remote_input_size,
+)
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 DEFAULT_MAX_LINE_BYTES = 1 << 30
@@ -52,13 +60,16 @@ def expand_inputs(patterns: Sequence[str]) -> list[str]:
     """Expand files and glob patterns (``**`` included) into a list of files, in order.
 
     A pattern that matches nothing, or a path that is not a file, is an error; a file
-    named twice is read once.
+    named twice is read once.  ``s3://`` and ``msc://`` objects are kept as named (one
+    object each: no globs there).
     """
     if isinstance(patterns, (str, os.PathLike)):
         patterns = [patterns]
     files: list[str] = []
     for pattern in map(os.fspath, patterns):
-        if glob.has_magic(pattern):
+        if is_remote_input(pattern):
+            files.append(check_remote_input(pattern))
+        elif glob.has_magic(pattern):
             matches = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
             if not matches:
                 raise PreprocessError(
@@ -77,13 +88,30 @@ def expand_inputs(patterns: Sequence[str]) -> list[str]:
             files.append(pattern)
     if not files:
         raise PreprocessError("no input files given; pass --input FILE_OR_GLOB")
-    unique = dict.fromkeys(os.path.abspath(path) for path in files)
+    unique = dict.fromkeys(
+        path if is_remote_input(path) else os.path.abspath(path) for path in files
+    )
     return list(unique)
+
+
+def open_binary(path: str, buffered: bool = True) -> IO[bytes]:
+    """The input at ``path`` opened for binary reading: a local file, or an object in
+    object storage (buffered for a sequential read, else one request per read)."""
+    if is_remote_input(path):
+        return open_remote_input(path, buffered)
+    return open(path, "rb")
+
+
+def input_size(path: str) -> Optional[int]:
+    """Bytes of the input on disk, or of the object (None when its store tells none)."""
+    if is_remote_input(path):
+        return remote_input_size(path)
+    return os.path.getsize(path)
 
 
 def detect_compression(path: str) -> str:
     """``gzip``, ``zstd``, ``bzip2``, ``xz`` or ``none``, from the file's magic bytes."""
-    with open(path, "rb") as handle:
+    with open_binary(path, buffered=False) as handle:
         head = handle.read(8)
     for magic, name in _MAGIC:
         if head.startswith(magic):
@@ -150,7 +178,7 @@ def _zstd_reader(raw: IO[bytes], path: str) -> IO[bytes]:
 def open_input(path: str) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
     """Yield ``(decompressed stream, raw file)``; the raw file's position tracks progress."""
     kind = detect_compression(path)
-    with open(path, "rb") as raw:
+    with open_binary(path) as raw:
         stream: IO[bytes]
         if kind == "gzip":
             stream = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
@@ -240,7 +268,7 @@ def iter_file_chunks(path: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Itera
             disk_seen = disk_now
             line += data.count(b"\n")
         rest = b"".join(pending)
-        disk_now = os.path.getsize(path)
+        disk_now = input_size(path) or disk_seen
         if rest or disk_now > disk_seen:
             yield RawChunk(path, line, rest, disk_now - disk_seen)
 
@@ -277,7 +305,7 @@ def iter_file_range_chunks(
     if not 0 <= int(start) <= int(stop):
         raise PreprocessError(f"{path}: bad byte range [{start}, {stop})")
     limit = max_line_bytes()
-    with open(path, "rb") as handle:
+    with open_binary(path) as handle:
         position, line = _range_start(handle, int(start))
         handle.seek(position)
         while position < int(stop):
@@ -302,8 +330,9 @@ def iter_chunks(paths: Sequence[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES) ->
 
 
 def total_disk_bytes(paths: Sequence[str]) -> int:
-    """Sum of the files' sizes on disk (the progress bar's total)."""
-    return sum(os.path.getsize(path) for path in paths)
+    """Sum of the files' sizes on disk (the progress bar's total; an object of unknown
+    size counts 0)."""
+    return sum(input_size(path) or 0 for path in paths)
 
 
 __all__ = [
@@ -311,6 +340,8 @@ __all__ = [
     "expand_inputs",
     "detect_compression",
     "open_input",
+    "open_binary",
+    "input_size",
     "iter_file_chunks",
     "iter_file_range_chunks",
     "iter_chunks",

@@ -35,6 +35,7 @@ they were.
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import os
@@ -58,7 +59,7 @@ from tokenloom.preprocess.encode import (
 )
 from tokenloom.preprocess.inputs import DEFAULT_CHUNK_BYTES
 from tokenloom.preprocess.records import Policy, Splitter
-from tokenloom.preprocess.sources import open_source, parse_any
+from tokenloom.preprocess.sources import Source, open_source, parse_any
 from tokenloom.preprocess.summary import OutputStats, PreprocessSummary, dtype_name
 from tokenloom.progress import progress
 from tokenloom.provenance import preprocess_sidecars
@@ -184,6 +185,61 @@ def _positive(value: Any, what: str) -> int:
     return int(value)
 
 
+def _checked_counts(
+    workers: Any, partitions: Any, chunk_bytes: Any, log_interval: Any
+) -> tuple[int, int, int, Optional[int]]:
+    """The numeric options as whole numbers of 1 or more (PreprocessError naming one that is not)."""
+    return (
+        _positive(workers, "--workers"),
+        _positive(partitions, "--partitions"),
+        _positive(chunk_bytes, "chunk_bytes"),
+        None if log_interval is None else _positive(log_interval, "--log-interval"),
+    )
+
+
+def _new_summary(
+    source: Source, dtype: Any, workers: int, prefixes: dict[str, str]
+) -> PreprocessSummary:
+    summary = PreprocessSummary(
+        source.files,
+        dtype_name(dtype),
+        workers,
+        {key: OutputStats(key, prefix) for key, prefix in prefixes.items()},
+    )
+    summary.source = source.description
+    return summary
+
+
+def _progress_bar(total_bytes: Optional[int], show_progress: Optional[bool]) -> Any:
+    return progress(
+        total=total_bytes, unit="B", unit_scale=True, desc="preprocess", enabled=show_progress
+    )
+
+
+def _write_outputs(
+    chunks: Callable[[], Iterator[Any]],
+    outputs: Outputs,
+    tokenizer: Any,
+    spec: EncodeSpec,
+    workers: int,
+    sidecars: Callable[[], dict[str, dict[str, bytes]]],
+) -> None:
+    """Run the stages over every chunk, then publish the outputs with their sidecars; on
+    any error (Ctrl-C included) nothing is published and the old outputs stay."""
+    sink = BackgroundSink(_consumer(outputs, workers, tokenizer, spec), maxsize=_QUEUE_DEPTH)
+    try:
+        if workers == 1:
+            _run_in_process(chunks(), tokenizer, spec, sink)
+        else:
+            _run_workers(chunks(), tokenizer, spec, sink, workers)
+        sink.close()
+        outputs.finalize(sidecars())
+    except BaseException:
+        sink.cancel()
+        outputs.abort()
+        raise
+
+
 def preprocess(
     inputs: Any,
     output_prefix: str,
@@ -203,10 +259,10 @@ def preprocess(
     """Tokenize ``inputs`` into one ``.bin``/``.idx`` pair per JSON key (Megatron's bytes).
 
     Args:
-        inputs: files or globs (JSONL, plain or gzip/zstd/bzip2/xz, or Parquet), a
-            ``FileRange``, a Hugging Face dataset, or an iterable of records or texts
-            (see the module docstring).  A list of str is a list of paths; pass texts
-            as an iterator (``iter(texts)``) or as records.
+        inputs: files or globs (JSONL, plain or gzip/zstd/bzip2/xz, or Parquet; also
+            ``s3://``/``msc://`` objects), a ``FileRange``, a Hugging Face dataset, or an
+            iterable of records or texts (see the module docstring).  A list of str is a
+            list of paths; pass texts as an iterator (``iter(texts)``) or as records.
         output_prefix: outputs are ``{output_prefix}_{key}_document.{bin,idx}``.
         tokenizer: a tokenizer object or a spec string (see :func:`load_tokenizer`).
         json_keys: the keys whose values (a string, or a list of sentences) are documents.
@@ -226,12 +282,9 @@ def preprocess(
         log_interval: print a progress line to stderr every this many records.
     """
     keys, policy = _check_keys(json_keys), policy or Policy()
-    workers, partitions, chunk_bytes = (
-        _positive(workers, "--workers"),
-        _positive(partitions, "--partitions"),
-        _positive(chunk_bytes, "chunk_bytes"),
+    workers, partitions, chunk_bytes, log_interval = _checked_counts(
+        workers, partitions, chunk_bytes, log_interval
     )
-    log_interval = None if log_interval is None else _positive(log_interval, "--log-interval")
     source = open_source(inputs, keys)
     if source.total_bytes:
         chunk_bytes = balanced_chunk_bytes(source.total_bytes, chunk_bytes, workers)
@@ -241,51 +294,23 @@ def preprocess(
     spec = EncodeSpec(keys, policy, dtype, tokenizer.eod if append_eod else None, sentence_splitter)
     level = "document" if sentence_splitter is None else "sentence"
     prefixes = {key: output_prefix_for(output_prefix, key, level) for key in keys}
-    summary = PreprocessSummary(
-        source.files,
-        dtype_name(dtype),
-        workers,
-        {key: OutputStats(key, prefix) for key, prefix in prefixes.items()},
+    summary = _new_summary(source, dtype, workers, prefixes)
+    sidecars = functools.partial(
+        preprocess_sidecars,
+        inputs,
+        tokenizer,
+        summary,
+        append_eod=append_eod,
+        level=level,
+        partitions=partitions,
+        keep_sequential_samples=keep_sequential_samples,
+        sentence_splitter=sentence_splitter,
     )
-    with progress(
-        total=source.total_bytes,
-        unit="B",
-        unit_scale=True,
-        desc="preprocess",
-        enabled=show_progress,
-    ) as bar:
-        outputs = Outputs(
-            prefixes,
-            dtype,
-            summary,
-            bar,
-            1 if keep_sequential_samples else partitions,
-            log_interval,
-        )
-        sink = BackgroundSink(_consumer(outputs, workers, tokenizer, spec), maxsize=_QUEUE_DEPTH)
-        try:
-            chunks = source.chunks(chunk_bytes)
-            if workers == 1:
-                _run_in_process(chunks, tokenizer, spec, sink)
-            else:
-                _run_workers(chunks, tokenizer, spec, sink, workers)
-            sink.close()
-            outputs.finalize(
-                preprocess_sidecars(
-                    inputs,
-                    tokenizer,
-                    summary,
-                    append_eod=append_eod,
-                    level=level,
-                    partitions=partitions,
-                    keep_sequential_samples=keep_sequential_samples,
-                    sentence_splitter=sentence_splitter,
-                )
-            )
-        except BaseException:
-            sink.cancel()
-            outputs.abort()
-            raise
+    parts = 1 if keep_sequential_samples else partitions
+    with _progress_bar(source.total_bytes, show_progress) as bar:
+        outputs = Outputs(prefixes, dtype, summary, bar, parts, log_interval)
+        chunks = functools.partial(source.chunks, chunk_bytes)
+        _write_outputs(chunks, outputs, tokenizer, spec, workers, sidecars)
     summary.seconds = time.perf_counter() - started
     return summary
 

@@ -26,8 +26,10 @@ from tokenloom.errors import PreprocessError
 from tokenloom.preprocess.inputs import (
     RawChunk,
     expand_inputs,
+    input_size,
     iter_file_chunks,
     iter_file_range_chunks,
+    open_binary,
 )
 from tokenloom.preprocess.records import (
     ParsedChunk,
@@ -36,6 +38,7 @@ from tokenloom.preprocess.records import (
     new_parsed,
     parse_chunk,
 )
+from tokenloom.preprocess.remote_inputs import is_remote_input
 
 ROWS_PER_CHUNK = 1024
 _PARQUET_MAGIC = b"PAR1"
@@ -133,7 +136,7 @@ def parse_any(chunk: Union[RawChunk, RecordChunk], spec: Any) -> ParsedChunk:
 
 def is_parquet(path: str) -> bool:
     """Whether ``path`` starts with Parquet's magic bytes."""
-    with open(path, "rb") as handle:
+    with open_binary(path, buffered=False) as handle:
         return handle.read(4) == _PARQUET_MAGIC
 
 
@@ -153,13 +156,23 @@ def iter_parquet_chunks(
 ) -> Iterator[RecordChunk]:
     """Record chunks of a Parquet file: the ``keys`` columns, ``rows`` rows at a time."""
     parquet = _import_pyarrow_parquet(path)
+    if not is_remote_input(path):
+        yield from _parquet_chunks(parquet, path, path, keys, rows)
+        return
+    with open_binary(path, buffered=False) as source:  # read by the ranges pyarrow asks
+        yield from _parquet_chunks(parquet, source, path, keys, rows)
+
+
+def _parquet_chunks(
+    parquet: Any, source: Any, path: str, keys: Sequence[str], rows: int
+) -> Iterator[RecordChunk]:
     try:
-        handle = parquet.ParquetFile(path)
+        handle = parquet.ParquetFile(source)
     except Exception as error:  # pyarrow.ArrowInvalid and friends
         raise PreprocessError(f"{path}: cannot read the Parquet file: {error}") from error
     present = [key for key in keys if key in handle.schema_arrow.names]
     total_rows = max(int(handle.metadata.num_rows), 1)
-    size, first = os.path.getsize(path), 1
+    size, first = input_size(path) or 0, 1
     batches = (
         handle.iter_batches(batch_size=rows, columns=present)
         if present
@@ -255,6 +268,9 @@ class Source:
     """Input files (1 for a dataset or an iterable)."""
     total_bytes: Optional[int]
     """Bytes on disk (None when unknown)."""
+    description: str = ""
+    """What the records come from when they are not lines of files (the summary's
+    ``N records (...)``): ``a dataset in memory``, ``a Python iterable``, ..."""
 
 
 def _file_chunks(
@@ -267,8 +283,13 @@ def _file_chunks(
             yield from iter_file_chunks(path, chunk_bytes)
 
 
-def _rows(rows: Iterable[Any], name: str, check_text: bool) -> Source:
-    return Source(lambda _: _batched(rows, name, ROWS_PER_CHUNK, check_text), 1, None)
+def _rows(rows: Iterable[Any], name: str, check_text: bool, description: str) -> Source:
+    return Source(lambda _: _batched(rows, name, ROWS_PER_CHUNK, check_text), 1, None, description)
+
+
+def _total_bytes(paths: Sequence[str]) -> Optional[int]:
+    sizes = [input_size(path) for path in paths]
+    return None if any(size is None for size in sizes) else sum(sizes)  # type: ignore[arg-type]
 
 
 def open_source(inputs: Any, keys: Sequence[str]) -> Source:
@@ -282,7 +303,7 @@ def open_source(inputs: Any, keys: Sequence[str]) -> Source:
         return Source(
             lambda size: _file_chunks(paths, keys, size),
             len(paths),
-            sum(os.path.getsize(path) for path in paths),
+            _total_bytes(paths),
         )
     if isinstance(inputs, FileRange):
         return Source(
@@ -292,14 +313,17 @@ def open_source(inputs: Any, keys: Sequence[str]) -> Source:
         )
     if isinstance(inputs, HFDiskDataset):
         dataset = load_hf_disk_dataset(inputs)
-        return _rows(_hf_rows(dataset, keys, ROWS_PER_CHUNK), inputs.path, False)
+        rows = _hf_rows(dataset, keys, ROWS_PER_CHUNK)
+        return _rows(rows, inputs.path, False, f"the dataset saved in {inputs.path}")
     if _is_hf_dataset(inputs):
         name = (
             read_attribute(read_attribute(inputs, "info", None), "dataset_name", None) or "dataset"
         )
-        return _rows(_hf_rows(inputs, keys, ROWS_PER_CHUNK), str(name), False)
+        return _rows(
+            _hf_rows(inputs, keys, ROWS_PER_CHUNK), str(name), False, "a dataset in memory"
+        )
     if isinstance(inputs, Iterable) and not isinstance(inputs, (str, bytes, Mapping)):
-        return _rows(inputs, "records", True)
+        return _rows(inputs, "records", True, "a Python iterable")
     raise PreprocessError(
         f"cannot read inputs of type {type(inputs).__name__}: pass files or "
         "globs, a FileRange, a Hugging Face dataset, or an iterable of "

@@ -37,6 +37,9 @@ class PreprocessSummary:
     seconds: float = 0.0
     worker_cpu_seconds: float = 0.0  # CPU of worker processes on chunks (0 with one worker)
     skipped: Counter = field(default_factory=Counter)  # (reason, key) -> count
+    source: str = ""
+    """What was read, for the report: ``""`` for files (``N lines in M files``), else e.g.
+    ``a dataset in memory`` (``N records (a dataset in memory)``)."""
 
     @property
     def documents(self) -> int:
@@ -94,12 +97,22 @@ class PreprocessSummary:
         ]
         rows.append(f"  {self.skipped_text()}")
         rows.append(
-            f"done: {self.documents:,} documents, {self.tokens:,} tokens from {self.line_count:,} "
-            f"lines in {self.files} file{'s' * (self.files != 1)}, {self.seconds:.2f} s "
-            f"({self.megabytes_per_second:.1f} MB/s, {self.tokens_per_second:,.0f} tokens/s, "
+            f"done: {self.documents:,} documents, {self.tokens:,} tokens from "
+            f"{self.read_text()}, {self.seconds:.2f} s "
+            f"({rate_text(self.nbytes, self.seconds)}, {self.tokens_per_second:,.0f} tokens/s, "
             f"{self.workers} worker{'s' * (self.workers != 1)})"
         )
         return rows
+
+    def read_text(self) -> str:
+        """``206 lines in 1 file``, or ``206 records (a dataset in memory)``."""
+        if self.source:
+            plural = "s" * (self.line_count != 1)
+            return f"{self.line_count:,} record{plural} ({self.source})"
+        return (
+            f"{self.line_count:,} line{'s' * (self.line_count != 1)} in {self.files} "
+            f"file{'s' * (self.files != 1)}"
+        )
 
     def as_dict(self) -> dict:
         """JSON-ready form (used by the benchmark)."""
@@ -130,9 +143,23 @@ class PreprocessSummary:
         }
 
 
+_RATE_UNITS = ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s"))
+
+
+def rate_text(nbytes: float, seconds: float) -> str:
+    """Input bytes per second in the unit that shows them: ``812 B/s``, ``3.4 kB/s``,
+    ``12.5 MB/s``, ``1.20 GB/s`` (powers of 10, as ``megabytes_per_second``)."""
+    rate = nbytes / seconds if seconds > 0 else 0.0
+    for scale, unit in _RATE_UNITS:
+        if rate >= scale:
+            value = rate / scale
+            return f"{value:.2f} {unit}" if unit == "GB/s" else f"{value:.1f} {unit}"
+    return f"{rate:.0f} B/s"
+
+
 def dtype_name(dtype) -> str:
     """``uint16`` for ``numpy.uint16`` etc."""
     return numpy.dtype(dtype).name
 
 
-__all__ = ["OutputStats", "PreprocessSummary", "dtype_name"]
+__all__ = ["OutputStats", "PreprocessSummary", "dtype_name", "rate_text"]

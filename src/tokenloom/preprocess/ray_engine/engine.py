@@ -44,6 +44,7 @@ from tokenloom.preprocess.ray_engine.options import (
 from tokenloom.preprocess.ray_engine.plan import Shard, plan_shards
 from tokenloom.preprocess.ray_engine.report import LiveProgress, RaySummary, inflight_tokens
 from tokenloom.preprocess.ray_engine.shard_task import ShardJob, run_shard
+from tokenloom.preprocess.remote_inputs import is_remote_input
 from tokenloom.preprocess.summary import OutputStats
 from tokenloom.progress import progress
 
@@ -190,6 +191,15 @@ def _file_inputs(inputs: Any) -> Any:
         isinstance(inputs, (list, tuple))
         and all(isinstance(item, (str, os.PathLike)) for item in inputs)
     ):
+        for item in [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs:
+            if is_remote_input(item):
+                raise ConfigError(
+                    f"--input {item}: --engine ray reads files that every node sees at the "
+                    "same path, not objects in s3:// or msc:// storage; run it on the local "
+                    "engine (drop --engine ray: it streams the object), or download it to a "
+                    f"shared folder first (e.g. aws s3 cp {item} /shared/corpus/) and pass "
+                    "that path"
+                )
         return inputs
     raise ConfigError(
         f"--engine ray reads files (--input FILE_OR_GLOB), not "

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from tokenloom.preprocess.records import skipped_labels
-from tokenloom.preprocess.summary import OutputStats
+from tokenloom.preprocess.summary import OutputStats, rate_text
 from tokenloom.progress import progress
 
 _SHARD_ROWS = 16  # shards listed one by one in the report; the rest are summarised
@@ -154,7 +154,7 @@ class RaySummary:
         rows += [f"  prefix list: {path}" for path in self.prefix_lists.values()]
         rows.append(f"  {self.skipped_text()}")
         merged = (
-            f", merge {self.merge_bytes / 1e9 / self.merge_seconds:.2f} GB/s"
+            f", merge {rate_text(self.merge_bytes, self.merge_seconds)}"
             if self.merge_seconds > 0
             else ""
         )
