@@ -91,6 +91,28 @@ class CostBalancedScheduler(BasePackingScheduler):
         return self.token_cost * lengths + self.attention_cost * lengths * lengths
 
     def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> Schedule:
+        """Schedule one global batch so that every DP rank gets about the same modelled
+        time (steps 1-4 of the module docstring), in :class:`DpBalancedScheduler`'s shape.
+
+        Args:
+            sample_id_seqlens: ``(sample id, length)`` of every sequence of the global
+                batch (lengths are ints >= 0; the result names sequences by their
+                position in this list, not by id).
+
+        Returns:
+            ``[microbatch][dcp_rank] -> positions``: one list per microbatch with
+            ``dp_size * cp_size`` entries, entry ``d * cp_size + c`` holding what DP
+            rank ``d`` (shared by its CP ranks) packs, at most
+            ``max_seqlen_per_dp_cp_rank * cp_size`` tokens; every DP rank gets the same
+            number of microbatches, a multiple of ``microbatch_group_size_per_vp_stage``
+            (or 1).  An empty batch gives ``[]``.  :func:`rank_times` and
+            :func:`imbalance` measure the result.
+
+        Raises:
+            PackingError: a sequence longer than the limit, fewer sequences than
+                ``dp_size x microbatch_group_size_per_vp_stage``, or sequences that
+                cannot fit the limit in any number of microbatches.
+        """
         check_lengths(
             sample_id_seqlens, self.max_seq_len_all_ranks, "max_seqlen_per_dp_cp_rank x cp_size"
         )

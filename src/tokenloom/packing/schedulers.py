@@ -231,6 +231,25 @@ class DpBalancedScheduler(BasePackingScheduler):
     """
 
     def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> Schedule:
+        """Pack one global batch in input order: ``[microbatch][dcp_rank] -> positions``.
+
+        Args:
+            sample_id_seqlens: ``(sample id, length)`` of every sequence of the global
+                batch, in the order they came (lengths are ints >= 0; the ids are not
+                read, the result names sequences by their position in this list).
+
+        Returns:
+            One list per microbatch, each with ``dp_size * cp_size`` entries: entry
+            ``d * cp_size + c`` lists the positions DP rank ``d`` (and its CP rank ``c``,
+            which shares them) packs into that microbatch, at most
+            ``max_seqlen_per_dp_cp_rank * cp_size`` tokens.  The microbatch count is
+            a multiple of ``microbatch_group_size_per_vp_stage`` (or 1).
+
+        Raises:
+            PackingError: a sequence longer than the limit, or too few sequences to
+                make the group count a multiple of ``dp_size x
+                microbatch_group_size_per_vp_stage``.
+        """
         check_lengths(
             sample_id_seqlens, self.max_seq_len_all_ranks, "max_seqlen_per_dp_cp_rank x cp_size"
         )
