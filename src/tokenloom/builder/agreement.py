@@ -80,7 +80,9 @@ def sample_fingerprint(
     return items
 
 
-def _first_difference(mine: list[tuple[str, Any]], theirs: list[tuple[str, Any]]):
+def _first_difference(
+    mine: list[tuple[str, Any]], theirs: list[tuple[str, Any]]
+) -> Optional[tuple[str, Any, Any]]:
     for (name, value), (other_name, other_value) in zip(mine, theirs):
         if name != other_name:
             return name, value, f"<field {other_name}>"

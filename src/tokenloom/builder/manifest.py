@@ -29,7 +29,7 @@ def walk_datasets(obj: Any) -> Iterator[Any]:
         yield from walk_datasets(read_attribute(obj, "datasets", None))
 
 
-def cache_manifest(built: Any, path_to_cache: Optional[str]) -> dict:
+def cache_manifest(built: Any, path_to_cache: Optional[str]) -> dict[str, Any]:
     """The description files (commit markers) of every cache ``built`` used."""
     files = []
     for dataset in walk_datasets(built):
@@ -42,7 +42,7 @@ def cache_manifest(built: Any, path_to_cache: Optional[str]) -> dict:
     return {"path_to_cache": path_to_cache, "files": files}
 
 
-def cache_visible(manifest: Optional[dict], path_to_cache: Optional[str]) -> bool:
+def cache_visible(manifest: Optional[dict[str, Any]], path_to_cache: Optional[str]) -> bool:
     """Whether this rank sees every cache file rank 0 reported (in its own cache dir)."""
     if not manifest:
         return False

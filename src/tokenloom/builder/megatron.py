@@ -35,15 +35,21 @@ from tokenloom.attributes import read_attribute
 from tokenloom.builder.agreement import check_ranks_agree, sample_fingerprint
 from tokenloom.builder.manifest import cache_manifest, cache_visible, cyclic_gc_paused
 from tokenloom.builder.remote_indices import prefetch_remote_indices
-from tokenloom.builder.sizes import check_sizes, get_size_per_split_per_dataset
+from tokenloom.builder.sizes import (
+    blend_sizes,
+    check_built_length,
+    check_sizes,
+    check_sizes_against_weights,
+    get_size_per_split_per_dataset,
+)
 from tokenloom.builder.startup import Startup, accepts_start_keywords
 from tokenloom.cache import EntryPacker, IndexCache
 from tokenloom.datasets.blended import BlendedDataset
 from tokenloom.datasets.gpt import GPTDataset
 from tokenloom.datasets.mock import MockGPTDataset
-from tokenloom.datasets.split import Split, normalize, split_document_range
+from tokenloom.datasets.split import Split, split_document_range
 from tokenloom.distributed import Communicator, build_on_rank0_then_load
-from tokenloom.errors import CacheError, ConfigError
+from tokenloom.errors import ConfigError
 
 __all__ = ["BlendedMegatronDatasetBuilder", "get_size_per_split_per_dataset"]
 
@@ -100,22 +106,7 @@ class BlendedMegatronDatasetBuilder:
             "Building %s splits with sizes=%s and config=%s", cls.__name__, self.sizes, config
         )
         if not config.mock:
-            self._check_sizes_against_weights()
-
-    def _check_sizes_against_weights(self) -> None:
-        for split in Split:
-            if self.config.blend_per_split is None:
-                blend = self.config.blend
-            else:
-                blend = self.config.blend_per_split[split.value]
-                if blend is None:
-                    continue
-            if self.sizes[split.value] is None and blend[1] is not None:
-                raise ConfigError(
-                    f"the {split.name} split has blend weights {blend[1]} but no size: weights "
-                    f"need a number of samples to blend to. Give sizes[{split.value}] or drop the "
-                    f"weights (this happens with multiple validation sets whose blend has weights)"
-                )
+            check_sizes_against_weights(config, self.sizes)
 
     # -- public ------------------------------------------------------------------------
     def build(self) -> list[Optional[Any]]:
@@ -130,24 +121,8 @@ class BlendedMegatronDatasetBuilder:
             datasets = self._build_blended_dataset_splits()
         for dataset in datasets:
             for item in dataset if isinstance(dataset, list) else [dataset]:
-                self._verify(item)
+                check_built_length(item, self.config.path_to_cache)
         return datasets
-
-    def _verify(self, dataset: Any) -> None:
-        if dataset is None or len(dataset) == 0:
-            return
-        if isinstance(dataset, BlendedDataset):
-            wrong = dataset.size is not None and len(dataset) != dataset.size
-            expected = dataset.size
-        else:
-            expected = read_attribute(dataset, "num_samples", None)
-            wrong = expected is not None and len(dataset) < expected
-        if wrong:
-            raise CacheError(
-                f"{type(dataset).__name__} {read_attribute(dataset, 'dataset_path', '') or ''} has "
-                f"{len(dataset)} samples but {expected} were requested; its cached indices do "
-                f"not match the config: delete them from {self.config.path_to_cache} and rebuild"
-            )
 
     # -- the three configurations ------------------------------------------------------
     def _build_blended_dataset_splits(self) -> list[Optional[Any]]:
@@ -162,19 +137,8 @@ class BlendedMegatronDatasetBuilder:
         split = self.config.split_matrix
         if len(prefixes) == 1 and weights is None:
             return self._build_megatron_dataset_splits(prefixes[0], split, self.sizes)
-        target: Optional[list[list[int]]] = None
-        buffer: list[list[Optional[int]]]
-        if weights is not None:
-            weights = normalize(weights)
-            target = get_size_per_split_per_dataset(weights, self._sizes_or_zero())
-            buffer = [
-                list(row)
-                for row in get_size_per_split_per_dataset(
-                    weights, self._sizes_or_zero(), surplus=self.config.mid_level_dataset_surplus
-                )
-            ]
-        else:
-            buffer = [[None] * len(Split) for _ in prefixes]
+        surplus = self.config.mid_level_dataset_surplus
+        weights, target, buffer = blend_sizes(weights, self.sizes, surplus, len(prefixes))
         mid = self._build_megatron_datasets_parallel(prefixes, split, buffer)
         return [
             None
@@ -183,17 +147,13 @@ class BlendedMegatronDatasetBuilder:
             for i in range(len(Split))
         ]
 
-    def _sizes_or_zero(self) -> list[int]:
-        """The sizes with None as 0 (weights always come with sizes, so only unused splits)."""
-        return [0 if size is None else size for size in self.sizes]
-
     def _build_split_from_own_blend(self, split: Split) -> Optional[Any]:
         i = split.value
         blend = self.config.blend_per_split[i]
         if blend is None:
             return None
         prefixes, weights = blend
-        split_spoof: list[Optional[tuple]] = [None] * len(Split)
+        split_spoof: list[Optional[tuple[float, float]]] = [None] * len(Split)
         split_spoof[i] = (0.0, 1.0)
         sizes_spoof: list[Optional[int]] = [0] * len(Split)
         sizes_spoof[i] = self.sizes[i]
@@ -201,25 +161,17 @@ class BlendedMegatronDatasetBuilder:
             return self._build_megatron_dataset_splits(prefixes[0], split_spoof, sizes_spoof)[i]
         if self.config.multiple_validation_sets and split == Split.valid:
             return self._build_validation_sets(prefixes, split_spoof, sizes_spoof)
-        target: Optional[list[list[int]]] = None
-        buffer: list[list[Optional[int]]]
-        if weights is None:
-            buffer = [[None] * len(Split) for _ in prefixes]
-        else:
-            weights = normalize(weights)
-            target = get_size_per_split_per_dataset(weights, [s or 0 for s in sizes_spoof])
-            buffer = [
-                list(row)
-                for row in get_size_per_split_per_dataset(
-                    weights,
-                    [s or 0 for s in sizes_spoof],
-                    surplus=self.config.mid_level_dataset_surplus,
-                )
-            ]
+        surplus = self.config.mid_level_dataset_surplus
+        weights, target, buffer = blend_sizes(weights, sizes_spoof, surplus, len(prefixes))
         mid = self._build_megatron_datasets_parallel(prefixes, split_spoof, buffer)[i]
         return self._build_top_level(mid, weights, target, i, self.sizes[i])
 
-    def _build_validation_sets(self, prefixes, split_spoof, sizes_spoof) -> list[Optional[Any]]:
+    def _build_validation_sets(
+        self,
+        prefixes: list[str],
+        split_spoof: list[Optional[tuple[float, float]]],
+        sizes_spoof: list[Optional[int]],
+    ) -> list[Optional[Any]]:
         i = Split.valid.value
         if self.config.full_validation and sizes_spoof[i] is not None:
             raise ConfigError(
@@ -262,7 +214,7 @@ class BlendedMegatronDatasetBuilder:
     def _build_megatron_datasets_parallel(
         self,
         prefixes: list[str],
-        split: list[Optional[tuple]],
+        split: list[Optional[tuple[float, float]]],
         sizes_per_dataset: list[list[Optional[int]]],
     ) -> list[list[Optional[Any]]]:
         """For each split, the mid-level dataset of every prefix (built in threads).
@@ -304,7 +256,7 @@ class BlendedMegatronDatasetBuilder:
     def _build_megatron_dataset_splits(
         self,
         dataset_path: Optional[str],
-        split: list[Optional[tuple]],
+        split: list[Optional[tuple[float, float]]],
         sizes: list[Optional[int]],
         synchronize_ranks: bool = True,
     ) -> list[Optional[Any]]:
@@ -337,7 +289,7 @@ class BlendedMegatronDatasetBuilder:
             what=str(read_attribute(cls, "__name__", "a dataset")),
         )
 
-    def _in_threads(self, jobs: list[tuple]) -> list[Any]:
+    def _in_threads(self, jobs: list[tuple[Any, ...]]) -> list[Any]:
         """``[job[0](*job[1:]) for job in jobs]`` in ``num_dataset_builder_threads`` threads."""
         workers = max(1, min(int(self.config.num_dataset_builder_threads), len(jobs)))
         if workers == 1:  # no thread to hand each job to and wait for
@@ -354,7 +306,7 @@ class BlendedMegatronDatasetBuilder:
     def _construct_splits(
         self,
         dataset_path: Optional[str],
-        split: list[Optional[tuple]],
+        split: list[Optional[tuple[float, float]]],
         sizes: list[Optional[int]],
         low_level: Any = None,
         startup: Optional[Startup] = None,
@@ -412,10 +364,10 @@ class BlendedMegatronDatasetBuilder:
             what=what,
         )
 
-    def _cache_manifest(self, built: Any) -> dict:
+    def _cache_manifest(self, built: Any) -> dict[str, Any]:
         """The description files (commit markers) of every cache ``built`` used."""
         return cache_manifest(built, self.config.path_to_cache)
 
-    def _cache_visible(self, manifest: Optional[dict]) -> bool:
+    def _cache_visible(self, manifest: Optional[dict[str, Any]]) -> bool:
         """Whether this rank sees every cache file rank 0 reported (in its own cache dir)."""
         return cache_visible(manifest, self.config.path_to_cache)

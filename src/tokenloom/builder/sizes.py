@@ -1,8 +1,11 @@
 """The builder's arithmetic and argument checks: samples per split and per dataset.
 
 * :func:`get_size_per_split_per_dataset`: megatron-core's sizes of the mid-level
-  datasets of a weighted blend;
-* :func:`check_sizes`: the ``sizes`` argument (one per split, ``None`` or an integer >= 0).
+  datasets of a weighted blend; :func:`blend_sizes`: those sizes for one blend, with
+  and without the surplus;
+* :func:`check_sizes`: the ``sizes`` argument (one per split, ``None`` or an integer >= 0);
+  :func:`check_sizes_against_weights`: every weighted blend has a size to blend to;
+* :func:`check_built_length`: a built dataset has the samples its size asked for.
 """
 
 from __future__ import annotations
@@ -13,10 +16,22 @@ from typing import Any, Optional
 
 import numpy
 
-from tokenloom.datasets.split import Split
-from tokenloom.errors import ConfigError
+from tokenloom.attributes import read_attribute
+from tokenloom.datasets.blended import BlendedDataset
+from tokenloom.datasets.split import Split, normalize
+from tokenloom.errors import CacheError, ConfigError
 
-__all__ = ["check_sizes", "get_size_per_split_per_dataset"]
+__all__ = [
+    "BlendSizes",
+    "blend_sizes",
+    "check_built_length",
+    "check_sizes",
+    "check_sizes_against_weights",
+    "get_size_per_split_per_dataset",
+]
+
+BlendSizes = tuple[Optional[list[float]], Optional[list[list[int]]], list[list[Optional[int]]]]
+"""``(weights, target, buffer)`` of :func:`blend_sizes`."""
 
 
 def get_size_per_split_per_dataset(
@@ -32,6 +47,63 @@ def get_size_per_split_per_dataset(
         [int(math.ceil(math.ceil(size * weight) * (1 + surplus))) for size in target_size_per_split]
         for weight in normalized_weights
     ]
+
+
+def blend_sizes(
+    weights: Optional[Sequence[float]],
+    sizes: Sequence[Optional[int]],
+    surplus: float,
+    count: int,
+) -> BlendSizes:
+    """For a blend of ``count`` prefixes: the normalized ``weights``, the samples each
+    prefix gives each split (``target[prefix][split]``) and the sizes its mid-level
+    datasets are built with (``buffer``, the same plus ``surplus``). Without weights:
+    None, None and one epoch (None) of every prefix for every split."""
+    if weights is None:
+        return None, None, [[None] * len(Split) for _ in range(count)]
+    normalized = normalize(weights)
+    zeros = [size or 0 for size in sizes]  # None only where no weight asks for samples
+    target = get_size_per_split_per_dataset(normalized, zeros)
+    buffer: list[list[Optional[int]]] = [
+        list(row) for row in get_size_per_split_per_dataset(normalized, zeros, surplus=surplus)
+    ]
+    return normalized, target, buffer
+
+
+def check_sizes_against_weights(config: Any, sizes: Sequence[Optional[int]]) -> None:
+    """ConfigError naming the split whose blend has weights but whose size is None."""
+    for split in Split:
+        if config.blend_per_split is None:
+            blend = config.blend
+        else:
+            blend = config.blend_per_split[split.value]
+            if blend is None:
+                continue
+        if sizes[split.value] is None and blend[1] is not None:
+            raise ConfigError(
+                f"the {split.name} split has blend weights {blend[1]} but no size: weights "
+                f"need a number of samples to blend to. Give sizes[{split.value}] or drop the "
+                f"weights (this happens with multiple validation sets whose blend has weights)"
+            )
+
+
+def check_built_length(dataset: Any, path_to_cache: Optional[str]) -> None:
+    """CacheError when a built ``dataset`` has fewer samples than were requested (a
+    blend: other than its size): its cached indices do not match the config."""
+    if dataset is None or len(dataset) == 0:
+        return
+    if isinstance(dataset, BlendedDataset):
+        wrong = dataset.size is not None and len(dataset) != dataset.size
+        expected = dataset.size
+    else:
+        expected = read_attribute(dataset, "num_samples", None)
+        wrong = expected is not None and len(dataset) < expected
+    if wrong:
+        raise CacheError(
+            f"{type(dataset).__name__} {read_attribute(dataset, 'dataset_path', '') or ''} has "
+            f"{len(dataset)} samples but {expected} were requested; its cached indices do "
+            f"not match the config: delete them from {path_to_cache} and rebuild"
+        )
 
 
 def check_sizes(sizes: Any) -> list[Optional[int]]:

@@ -11,6 +11,7 @@ import logging
 from typing import Union
 
 from tokenloom.builder import megatron as _builder
+from tokenloom.datasets import gpt as _gpt
 from tokenloom.megatron.datasets.blended_dataset import BlendedDataset
 from tokenloom.megatron.datasets.blended_megatron_dataset_config import (
     BlendedMegatronDatasetConfig,
@@ -50,4 +51,4 @@ class BlendedMegatronDatasetBuilder(_builder.BlendedMegatronDatasetBuilder):
     """megatron-core's ``BlendedMegatronDatasetBuilder`` (tokenloom's, see its docstring)."""
 
     blended_dataset_class = BlendedDataset
-    mock_substitutes = ((GPTDataset, MockGPTDataset), (_builder.GPTDataset, MockGPTDataset))
+    mock_substitutes = ((GPTDataset, MockGPTDataset), (_gpt.GPTDataset, MockGPTDataset))
