@@ -81,9 +81,36 @@ def describe_os_error(error: OSError) -> str:
     return f"{' -> '.join(os.fsdecode(p) for p in paths)}: {text}"
 
 
+def stdout_is_closed() -> bool:
+    """Whether stdout is a pipe whose reader went away (``tokenloom ... | head``)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no fileno (captured), no poll
+        return False
+
+
+def _quiet_after_closed_stdout() -> int:
+    """What a Unix tool does when its reader stops: exit at once, silently, with the
+    status a SIGPIPE death gives (141); stdout is pointed at /dev/null so that the final
+    flush at exit cannot print Python's "Exception ignored ... BrokenPipeError"."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError as error:
+        if stdout_is_closed():
+            return _quiet_after_closed_stdout()
+        print(f"tokenloom {args.command}: error: {describe_os_error(error)}", file=sys.stderr)
+        return 1
     except TokenloomError as error:
         print(f"tokenloom {args.command}: error: {error}", file=sys.stderr)
         return 1
