@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from tests.support.golden import GOLDEN_DIR, requires_golden
 
-GOLDEN = Path(__file__).resolve().parents[3] / "shared" / "golden" / "megatron-core-0.16.1"
-PAIR = GOLDEN / "corpora" / "c0"
+PAIR = GOLDEN_DIR / "corpora" / "c0"
 
 
+@requires_golden
 @pytest.mark.timeout(120)
 def test_a_reader_that_stops_early_ends_the_command_quietly():
     """``tokenloom inspect ... | head -1``: exit 141 as a SIGPIPE death, no error line."""
-    if not PAIR.with_suffix(".idx").exists():
-        pytest.skip(f"golden pair {PAIR} is missing")
     command = [sys.executable, "-m", "tokenloom", "inspect", str(PAIR)]
     process = subprocess.Popen(
         [*command, "--show", "1000", "--show-tokens", "1000"],
