@@ -26,6 +26,7 @@ _SUBCOMMAND_MODULES = (
     "merge",
     "build_sequences_per_dataset",
     "prepare_cache",
+    "plan",
     "warmup",
 )
 

@@ -199,6 +199,11 @@ def register(subparsers) -> argparse.ArgumentParser:
 def load_settings_file(path: str) -> dict[str, Any]:
     """Read a JSON or YAML config into a dict with canonical keys (bounded in size and
     nesting by :mod:`tokenloom.untrusted_json`; a pipe such as ``/dev/stdin`` is fine)."""
+    return canonical_settings(read_config_mapping(path), source=f"--config {path}")
+
+
+def read_config_mapping(path: str) -> dict[str, Any]:
+    """The JSON or YAML mapping of a config file as written (keys not yet canonical)."""
     from tokenloom.untrusted_json import check_nesting, loads_json, read_bounded
 
     is_yaml = path.endswith((".yaml", ".yml"))
@@ -216,7 +221,7 @@ def load_settings_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"--config {path}: invalid {kind}: the file {error.problem}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a mapping of setting names to values")
-    return canonical_settings(data, source=f"--config {path}")
+    return data
 
 
 def _load_yaml(path: str, raw: bytes) -> Any:
