@@ -101,6 +101,11 @@ BLENDS = {
     "per_split": dict(
         per_split_data_args_path=None,  # filled in by the test
     ),
+    "validation_sets": dict(
+        per_split_data_args_path=None,  # filled in by the test
+        multiple_validation_sets=True,
+        full_validation=True,
+    ),
     "surplus": dict(
         data_path=["3", _golden("c2"), "1", _golden("c0")],
         split="100,0,0",
@@ -123,9 +128,19 @@ def test_plan_equals_real_build(tmp_path, capsys, case):
         }
         (tmp_path / "per_split.json").write_text(json.dumps(blends))
         settings["per_split_data_args_path"] = str(tmp_path / "per_split.json")
+    if case == "validation_sets":
+        blends = {
+            "train": [_golden("c0"), _golden("c1")],  # unweighted, per split
+            "valid": [_golden("c1"), _golden("c2")],  # one full epoch of each
+            "test": None,
+        }
+        (tmp_path / "per_split.json").write_text(json.dumps(blends))
+        settings["per_split_data_args_path"] = str(tmp_path / "per_split.json")
     config = _write(tmp_path, **settings)
     data = _plan(config, capsys)
     assert not (tmp_path / "cache").exists()  # the plan builds nothing
+    assert main(["plan", "--config", config]) == 0  # the text form of every shape
+    assert "samples" in capsys.readouterr().out
     planned, real = _planned(data), _real(config)
     assert planned == real
     assert any(split and len(split[1]) > 1 for split in planned) or case == "single"
