@@ -107,6 +107,80 @@ def _check_stage(vpp_size: Any, vp_stage: Any) -> None:
         )
 
 
+def _stages(pp_group: Any, vpp_size: Optional[int], vp_stage: Optional[int]) -> tuple[bool, bool]:
+    """``(first, last)``: whether this rank runs the first and the last pipeline stage."""
+    stage, stages = group_rank(pp_group), group_size(pp_group)
+    first = stage == 0 and vp_stage in (None, 0)
+    last = stage == stages - 1 and (vp_stage is None or vp_stage == (vpp_size or 1) - 1)
+    return first, last
+
+
+def _read_on_tp_rank_0(
+    data_iterator: Optional[Iterator[Any]],
+    keys: tuple[str, ...],
+    cp_group: Any,
+    first_tp: bool,
+    token_keys: bool,
+) -> dict[str, Any]:
+    """The microbatch with its padding mask, padded slots zeroed and CP-sliced, on TP
+    rank 0; ``{}`` on the other TP ranks (which must not be given a data iterator)."""
+    if not first_tp:
+        if data_iterator is not None:
+            raise ConfigError(
+                "only TP rank 0 reads data; pass data_iterator=None on other TP ranks"
+            )
+        return {}
+    batch = _read(data_iterator, keys)
+    batch["padding_mask"] = thd_padding_mask(batch["cu_seqlens"], batch["cu_seqlens_padded"])
+    zero_padded_slots(batch, batch["padding_mask"])
+    _slice_for_cp(batch, cp_group, token_keys)
+    return batch
+
+
+def _broadcast_over_tp(
+    batch: dict[str, Any], wanted: dict[str, bool], tp_group: Any, dev: torch.device, first_tp: bool
+) -> dict[str, Optional[torch.Tensor]]:
+    """Every tensor of the microbatch on every TP rank, broadcast from TP rank 0: the
+    ``wanted`` token tensors and the padding mask, then cu_seqlens(_padded) and max_seqlen."""
+    shapes = [batch["cu_seqlens"].numel(), batch["padding_mask"].numel()] if first_tp else [0, 0]
+    n_bounds, total = (
+        int(v)
+        for v in broadcast_scalars(
+            shapes, tp_group, dev, f"{STEP}: broadcast of the shapes over the TP group", torch.int32
+        )
+    )
+    out: dict[str, Optional[torch.Tensor]] = {
+        key: _shaped(batch, key, want, first_tp, total, dev) for key, want in wanted.items()
+    }
+    if first_tp:
+        out["cu_seqlens"], out["cu_seqlens_padded"] = (
+            batch["cu_seqlens"],
+            batch["cu_seqlens_padded"],
+        )
+        out["max_seqlen"] = _max_seqlen(batch["max_seqlen"], batch["cu_seqlens"].device)
+    else:
+        out["cu_seqlens"] = torch.empty(n_bounds, dtype=torch.int32, device=dev)
+        out["cu_seqlens_padded"] = torch.empty(n_bounds, dtype=torch.int32, device=dev)
+        out["max_seqlen"] = torch.empty(1, dtype=torch.int32, device=dev)
+    for name, tensor in out.items():  # right after the shapes: every TP rank is there
+        step = f"{STEP}: broadcast of {name!r} over the TP group"
+        broadcast(tensor, tp_group, step, roll_call=False)  # skipped for None
+    return out
+
+
+def _thd_params(padded: torch.Tensor, max_seqlen: torch.Tensor) -> PackedSeqParams:
+    longest = int(max_seqlen.item())
+    return PackedSeqParams(
+        qkv_format="thd",
+        cu_seqlens_q=padded,
+        cu_seqlens_kv=padded,
+        cu_seqlens_q_padded=padded,
+        cu_seqlens_kv_padded=padded,
+        max_seqlen_q=longest,
+        max_seqlen_kv=longest,
+    )
+
+
 def get_batch_on_this_rank_for_sequence_packing(
     data_iterator: Optional[Iterator[Any]],
     vpp_size: Optional[int] = None,
@@ -120,65 +194,27 @@ def get_batch_on_this_rank_for_sequence_packing(
     padding_mask)`` for this rank, Megatron's 7-tuple (each tensor ``[1, T / cp]``)."""
     _check_stage(vpp_size, vp_stage)
     groups = require_groups(pg_collection, ("tp", "pp", "cp"))
-    tp_group, pp_group, cp_group = groups["tp"], groups["pp"], groups["cp"]
+    tp_group, cp_group = groups["tp"], groups["cp"]
     dev = resolve_device(device, tp_group)
     first_tp = group_rank(tp_group) == 0
-    stage, stages = group_rank(pp_group), group_size(pp_group)
-    first = stage == 0 and vp_stage in (None, 0)
-    last = stage == stages - 1 and (vp_stage is None or vp_stage == (vpp_size or 1) - 1)
+    first, last = _stages(groups["pp"], vpp_size, vp_stage)
+    inputs, targets = first or mtp_on_this_rank, last
     keys = (
         ("cu_seqlens", "cu_seqlens_padded", "max_seqlen")
-        + (("tokens", "position_ids") if first or mtp_on_this_rank else ())
-        + (("labels", "loss_mask") if last else ())
+        + (("tokens", "position_ids") if inputs else ())
+        + (("labels", "loss_mask") if targets else ())
     )
-    batch: dict[str, Any] = {}
-    if first_tp:
-        batch = _read(data_iterator, keys)
-        batch["padding_mask"] = thd_padding_mask(batch["cu_seqlens"], batch["cu_seqlens_padded"])
-        zero_padded_slots(batch, batch["padding_mask"])
-        _slice_for_cp(batch, cp_group, first or last)
-    elif data_iterator is not None:
-        raise ConfigError("only TP rank 0 reads data; pass data_iterator=None on other TP ranks")
-    shapes = [batch["cu_seqlens"].numel(), batch["padding_mask"].numel()] if first_tp else [0, 0]
-    n_bounds, total = (
-        int(v)
-        for v in broadcast_scalars(
-            shapes, tp_group, dev, f"{STEP}: broadcast of the shapes over the TP group", torch.int32
-        )
-    )
-    out = {
-        "tokens": _shaped(batch, "tokens", first or mtp_on_this_rank, first_tp, total, dev),
-        "position_ids": _shaped(
-            batch, "position_ids", first or mtp_on_this_rank, first_tp, total, dev
-        ),
-        "labels": _shaped(batch, "labels", last, first_tp, total, dev),
-        "loss_mask": _shaped(batch, "loss_mask", last, first_tp, total, dev),
-        "padding_mask": _shaped(batch, "padding_mask", True, first_tp, total, dev),
+    batch = _read_on_tp_rank_0(data_iterator, keys, cp_group, first_tp, first or last)
+    wanted = {
+        "tokens": inputs,
+        "position_ids": inputs,
+        "labels": targets,
+        "loss_mask": targets,
+        "padding_mask": True,
     }
-    if first_tp:
-        bounds, padded = batch["cu_seqlens"], batch["cu_seqlens_padded"]
-        max_seqlen = _max_seqlen(batch["max_seqlen"], bounds.device)
-    else:
-        bounds = torch.empty(n_bounds, dtype=torch.int32, device=dev)
-        padded = torch.empty(n_bounds, dtype=torch.int32, device=dev)
-        max_seqlen = torch.empty(1, dtype=torch.int32, device=dev)
-    for name, tensor in (
-        *out.items(),
-        ("cu_seqlens", bounds),
-        ("cu_seqlens_padded", padded),
-        ("max_seqlen", max_seqlen),
-    ):  # right after the shapes: every TP rank is there
-        step = f"{STEP}: broadcast of {name!r} over the TP group"
-        broadcast(tensor, tp_group, step, roll_call=False)
-    longest = int(max_seqlen.item())
-    params = PackedSeqParams(
-        qkv_format="thd",
-        cu_seqlens_q=padded,
-        cu_seqlens_kv=padded,
-        cu_seqlens_q_padded=padded,
-        cu_seqlens_kv_padded=padded,
-        max_seqlen_q=longest,
-        max_seqlen_kv=longest,
+    out = _broadcast_over_tp(batch, wanted, tp_group, dev, first_tp)
+    params = _thd_params(
+        cast(torch.Tensor, out["cu_seqlens_padded"]), cast(torch.Tensor, out["max_seqlen"])
     )
     padding_mask = cast(torch.Tensor, out["padding_mask"])  # always requested above
     return (
