@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Sequence
-from typing import Optional
+from typing import Any, Optional
 
 from tokenloom.errors import TokenizerError
 from tokenloom.tokenizers.base import BaseTokenizer, check_model_file, file_sha256
@@ -84,25 +84,13 @@ class MegatronTikTokenizer(BaseTokenizer):
         num_special_tokens: int = 1000,
         pattern: str = "v2",
     ) -> None:
-        try:
-            import tiktoken
-        except ImportError as error:
-            raise TokenizerError(
-                "Megatron's TikTokenizer needs the 'tiktoken' package: "
-                "pip install 'tokenloom[tokenizers]'"
-            ) from error
+        tiktoken = _import_tiktoken()
         self.path = check_model_file(path, "TikTokenizer", "pass the JSON vocabulary file")
         vocab_size = DEFAULT_VOCAB_SIZE if vocab_size is None else int(vocab_size)
         specials = self._special_names(int(num_special_tokens), vocab_size)
         if pattern not in PATTERNS:
             raise TokenizerError(f"--tiktoken-pattern {pattern!r}: use v1 or v2")
-        ranks = read_rank_list(self.path, vocab_size - len(specials), len(specials))
-        if len(ranks) + len(specials) < vocab_size:
-            raise TokenizerError(
-                f"{self.path}: --vocab-size {vocab_size} needs {vocab_size - len(specials)} ranks "
-                f"but the file has {len(ranks)}; pass --vocab-size "
-                f"{len(ranks) + len(specials)}"
-            )
+        ranks = self._ranks(self.path, vocab_size, len(specials))
         self._specials = {name: number for number, name in enumerate(specials)}
         self._encoding = tiktoken.Encoding(
             name=os.path.basename(os.path.dirname(self.path)),
@@ -130,6 +118,17 @@ class MegatronTikTokenizer(BaseTokenizer):
                 "pattern": pattern,
             },
         )
+
+    @staticmethod
+    def _ranks(path: str, vocab_size: int, specials: int) -> dict[bytes, int]:
+        """The ranks of the vocabulary file ``path``, enough of them for ``vocab_size``."""
+        ranks = read_rank_list(path, vocab_size - specials, specials)
+        if len(ranks) + specials < vocab_size:
+            raise TokenizerError(
+                f"{path}: --vocab-size {vocab_size} needs {vocab_size - specials} ranks "
+                f"but the file has {len(ranks)}; pass --vocab-size {len(ranks) + specials}"
+            )
+        return ranks
 
     @staticmethod
     def _special_names(count: int, vocab_size: int) -> list[str]:
@@ -168,3 +167,15 @@ __all__ = [
     "SPECIAL_TOKENS",
     "DEFAULT_VOCAB_SIZE",
 ]
+
+
+def _import_tiktoken() -> Any:
+    """The ``tiktoken`` module, or a TokenizerError naming the extra to install."""
+    try:
+        import tiktoken
+    except ImportError as error:
+        raise TokenizerError(
+            "Megatron's TikTokenizer needs the 'tiktoken' package: "
+            "pip install 'tokenloom[tokenizers]'"
+        ) from error
+    return tiktoken
