@@ -7,15 +7,37 @@ The one public entry point, also the one the Ray engine runs per shard::
                partitions=1, keep_sequential_samples=False, sentence_splitter=None,
                log_interval=None) -> PreprocessSummary
 
-``inputs`` is any of: file paths or globs (JSONL, compressed JSONL, Parquet), a
-:class:`~tokenloom.preprocess.sources.FileRange` (the lines of a plain JSONL file that
-start in a byte range), a Hugging Face ``Dataset``/``IterableDataset``, an
-:class:`~tokenloom.preprocess.sources.HFDiskDataset`, or any iterable of records
-(dicts) or texts (str, one key).  It writes ``{output_prefix}_{key}_document.bin/.idx``
-(``_sentence`` with a sentence splitter) per key, published atomically when every
-input was read, and returns the counts.  ``tokenizer`` is a tokenizer object (see
-:mod:`tokenloom.tokenizers`, e.g. from :func:`~tokenloom.tokenizers.load_tokenizer`
-or :func:`~tokenloom.tokenizers.megatron.build_megatron_tokenizer`) or a spec string.
+Its arguments:
+
+    inputs: file paths or globs (JSONL, plain or gzip/zstd/bzip2/xz, or Parquet; also
+        ``s3://``/``msc://`` objects), a :class:`~tokenloom.preprocess.sources.FileRange`
+        (the lines of a plain JSONL file that start in a byte range), a Hugging Face
+        ``Dataset``/``IterableDataset``, an
+        :class:`~tokenloom.preprocess.sources.HFDiskDataset`, or any iterable of records
+        (dicts) or texts (str, one key).  A list of str is a list of paths; pass texts as
+        an iterator (``iter(texts)``) or as records.
+    output_prefix: outputs are ``{output_prefix}_{key}_document.{bin,idx}`` (``_sentence``
+        with a sentence splitter), published atomically when every input was read.
+    tokenizer: a tokenizer object (see :mod:`tokenloom.tokenizers`, e.g. from
+        :func:`~tokenloom.tokenizers.load_tokenizer` or
+        :func:`~tokenloom.tokenizers.megatron.build_megatron_tokenizer`) or a spec string.
+    json_keys: the keys whose values (a string, or a list of sentences) are documents.
+    append_eod: append the tokenizer's end-of-document id to every non-empty document.
+    workers: 1 = in-process threads; N > 1 = N tokenizing processes (started like
+        ``multiprocessing``'s forkserver/spawn, so call it under
+        ``if __name__ == "__main__":`` in a script).  The output is the same for any N.
+    policy: what to do with bad records (see :class:`Policy`); defaults apply if None.
+    chunk_bytes: input bytes per batch handed to the tokenizer (less on small inputs, so
+        that reading, encoding and writing overlap and workers share the work evenly).
+    show_progress: progress bar on stderr (None: only when stderr is a terminal).
+    partitions: Megatron's ``--partitions``: records dealt round-robin into this many
+        parts, concatenated in part order (unless ``keep_sequential_samples``).
+    keep_sequential_samples: partitions keep the input order (the unpartitioned output).
+    sentence_splitter: a function text -> sentences; each sentence becomes a sequence
+        and the outputs are named ``..._sentence`` as Megatron's ``--split-sentences``.
+    log_interval: print a progress line to stderr every this many records.
+
+It returns the counts (a :class:`PreprocessSummary`).
 
 ``workers=1``: a reader thread reads and parses chunks of whole lines, the calling
 thread runs the tokenizer's batch call on them (Hugging Face, tiktoken and
@@ -256,31 +278,8 @@ def preprocess(
     sentence_splitter: Splitter = None,
     log_interval: Optional[int] = None,
 ) -> PreprocessSummary:
-    """Tokenize ``inputs`` into one ``.bin``/``.idx`` pair per JSON key (Megatron's bytes).
-
-    Args:
-        inputs: files or globs (JSONL, plain or gzip/zstd/bzip2/xz, or Parquet; also
-            ``s3://``/``msc://`` objects), a ``FileRange``, a Hugging Face dataset, or an
-            iterable of records or texts (see the module docstring).  A list of str is a
-            list of paths; pass texts as an iterator (``iter(texts)``) or as records.
-        output_prefix: outputs are ``{output_prefix}_{key}_document.{bin,idx}``.
-        tokenizer: a tokenizer object or a spec string (see :func:`load_tokenizer`).
-        json_keys: the keys whose values (a string, or a list of sentences) are documents.
-        append_eod: append the tokenizer's end-of-document id to every non-empty document.
-        workers: 1 = in-process threads; N > 1 = N tokenizing processes (started like
-            ``multiprocessing``'s forkserver/spawn, so call this under
-            ``if __name__ == "__main__":`` in a script).  The output is the same for any N.
-        policy: what to do with bad records (see :class:`Policy`); defaults apply if None.
-        chunk_bytes: input bytes per batch handed to the tokenizer (less on small inputs, so
-            that reading, encoding and writing overlap and workers share the work evenly).
-        show_progress: progress bar on stderr (None: only when stderr is a terminal).
-        partitions: Megatron's ``--partitions``: records dealt round-robin into this many
-            parts, concatenated in part order (unless ``keep_sequential_samples``).
-        keep_sequential_samples: partitions keep the input order (the unpartitioned output).
-        sentence_splitter: a function text -> sentences; each sentence becomes a sequence
-            and the outputs are named ``..._sentence`` as Megatron's ``--split-sentences``.
-        log_interval: print a progress line to stderr every this many records.
-    """
+    """Tokenize ``inputs`` into one ``.bin``/``.idx`` pair per JSON key (Megatron's bytes);
+    the arguments are described in this module's docstring."""
     keys, policy = _check_keys(json_keys), policy or Policy()
     workers, partitions, chunk_bytes, log_interval = _checked_counts(
         workers, partitions, chunk_bytes, log_interval
