@@ -27,7 +27,6 @@ _KERNEL = (
 
 ALLOWED = {
     # key: "path/under/tokenloom.py" (a module) or "path.py:qualified.name" (a function)
-    "preprocess/ray_engine/engine.py:preprocess_ray": _NEW_USER,
     "cli/inspect.py:register": _NEW_USER,
     "cli/inspect.py:_provenance_lines": _NEW_USER,
     "cli/preview.py:register": _NEW_USER,

@@ -13,6 +13,26 @@
 
 Shards live in ``{output_prefix}_shards/``, which every node must see (a shared file
 system).  One driver per output prefix at a time.
+
+The arguments of :func:`preprocess_ray`:
+
+    inputs, output_prefix, tokenizer: as :func:`tokenloom.preprocess.preprocess`.
+    address: Ray cluster to use (``auto``, ``HOST:PORT``, ``ray://...``); None starts
+        a private local cluster for this run (``RAY_TMPDIR`` honoured), stopped at the end.
+    num_shards: target number of shards, 1..99999 (see :mod:`.plan`); None: two per
+        task slot of the cluster, or one per 256 MiB of input if that is more.  Pass it
+        to make a re-run on another cluster reuse the finished shards.
+    merge: merge the shards into ``{output_prefix}_{key}_document``; False keeps them
+        and writes ``{output_prefix}_{key}_document.prefixes`` (a blend list).
+    keep_shards: keep the shard folder after merging.
+    max_retries: retries (0..100) of a shard whose worker or node dies, or that hits
+        an I/O error.
+    num_cpus: CPUs of the private cluster (None: all of this machine's).
+    show_progress: live bar on stderr (None: only when stderr is a terminal).
+    connect_timeout_s: seconds to reach the cluster at ``address`` before a clear
+        error naming it (None: ``TOKENLOOM_RAY_CONNECT_TIMEOUT_S``, else 15).
+    **options: every other option of the local engine (json_keys, append_eod,
+        policy, workers = CPUs per task, chunk_bytes, ...), passed to it unchanged.
 """
 
 from __future__ import annotations
@@ -230,30 +250,9 @@ def preprocess_ray(
     connect_timeout_s: Optional[float] = None,
     **options: Any,
 ) -> RaySummary:
-    """Tokenize ``inputs`` on a Ray cluster into the same files a local run writes.
-
-    Args:
-        inputs, output_prefix, tokenizer: as :func:`tokenloom.preprocess.preprocess`.
-        address: Ray cluster to use (``auto``, ``HOST:PORT``, ``ray://...``); None starts
-            a private local cluster for this run (``RAY_TMPDIR`` honoured), stopped at the end.
-        num_shards: target number of shards, 1..99999 (see :mod:`.plan`); None: two per
-            task slot of the cluster, or one per 256 MiB of input if that is more.  Pass it
-            to make a re-run on another cluster reuse the finished shards.
-        merge: merge the shards into ``{output_prefix}_{key}_document``; False keeps them
-            and writes ``{output_prefix}_{key}_document.prefixes`` (a blend list).
-        keep_shards: keep the shard folder after merging.
-        max_retries: retries (0..100) of a shard whose worker or node dies, or that hits
-            an I/O error.
-        num_cpus: CPUs of the private cluster (None: all of this machine's).
-        show_progress: live bar on stderr (None: only when stderr is a terminal).
-        connect_timeout_s: seconds to reach the cluster at ``address`` before a clear
-            error naming it (None: ``TOKENLOOM_RAY_CONNECT_TIMEOUT_S``, else 15).
-        **options: every other option of the local engine (json_keys, append_eod,
-            policy, workers = CPUs per task, chunk_bytes, ...), passed to it unchanged.
-
-    Every numeric option is checked before a cluster is touched
-    (:mod:`tokenloom.preprocess.ray_engine.options`).
-    """
+    """Tokenize ``inputs`` on a Ray cluster into the same files a local run writes; the
+    arguments are described in this module's docstring, every numeric one checked before
+    a cluster is touched (:mod:`tokenloom.preprocess.ray_engine.options`)."""
     started = time.perf_counter()
     _check_options(options)
     num_shards = check_num_shards(num_shards)
@@ -264,32 +263,12 @@ def preprocess_ray(
     paths = expand_inputs(_file_inputs(inputs))
     tokenizer = _resolve_tokenizer(tokenizer)
     workdir = f"{os.fspath(output_prefix)}_shards"
-    settings = settings_fingerprint(tokenizer, options)
+    job = ShardJob(workdir, settings_fingerprint(tokenizer, options), keys, dict(options))
     with ray_cluster(address, num_cpus, connect_timeout_s) as cluster:
-        check_task_fits(cpus_per_task, cluster.largest_node_cpus)
-        total = sum(os.path.getsize(path) for path in paths)
-        if num_shards is None:
-            num_shards = default_num_shards(cluster, total, cpus_per_task)
-        shards = plan_shards(paths, num_shards)
-        _prepare_workdir(workdir, len(shards))
-        markers = {
-            s.index: m
-            for s in shards
-            if (m := reusable_marker(workdir, s, settings, keys)) is not None
-        }
-        reused_bytes = sum(s.nbytes for s in shards if s.index in markers)
-        pending = [s for s in shards if s.index not in markers]
-        job = ShardJob(workdir, settings, keys, dict(options))
-        itemsize = optimal_dtype(int(tokenizer.vocab_size))().itemsize
-        with LiveProgress(
-            total,
-            reused_bytes,
-            len(shards),
-            len(markers),
-            show_progress,
-            lambda: inflight_tokens(workdir, itemsize),
-        ) as live:
-            fresh = _run_shards(pending, job, tokenizer, max_retries, cpus_per_task, live)
+        total, shards, markers = _plan(cluster, paths, num_shards, cpus_per_task, job)
+        fresh = _run_pending(
+            shards, markers, total, job, tokenizer, max_retries, cpus_per_task, show_progress
+        )
         where = "private local cluster" if cluster.private else f"cluster {cluster.address}"
     reused = set(markers)
     markers.update(fresh)
@@ -300,6 +279,54 @@ def preprocess_ray(
     )
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _plan(
+    cluster: ClusterInfo,
+    paths: Sequence[str],
+    num_shards: Optional[int],
+    cpus_per_task: int,
+    job: ShardJob,
+) -> tuple[int, list[Shard], dict[int, dict]]:
+    """``(input bytes, shards, {index: marker} of the shards a previous run finished)``,
+    the shard folder prepared for them."""
+    check_task_fits(cpus_per_task, cluster.largest_node_cpus)
+    total = sum(os.path.getsize(path) for path in paths)
+    if num_shards is None:
+        num_shards = default_num_shards(cluster, total, cpus_per_task)
+    shards = plan_shards(paths, num_shards)
+    _prepare_workdir(job.workdir, len(shards))
+    markers = {
+        s.index: m
+        for s in shards
+        if (m := reusable_marker(job.workdir, s, job.settings, job.keys)) is not None
+    }
+    return total, shards, markers
+
+
+def _run_pending(
+    shards: list[Shard],
+    markers: dict[int, dict],
+    total: int,
+    job: ShardJob,
+    tokenizer: Any,
+    max_retries: int,
+    cpus_per_task: int,
+    show_progress: Optional[bool],
+) -> dict[int, dict]:
+    """Run the shards without a marker, under a live progress bar: their new markers."""
+    reused_bytes = sum(s.nbytes for s in shards if s.index in markers)
+    pending = [s for s in shards if s.index not in markers]
+    itemsize = optimal_dtype(int(tokenizer.vocab_size))().itemsize
+    with LiveProgress(
+        total,
+        reused_bytes,
+        len(shards),
+        len(markers),
+        show_progress,
+        lambda: inflight_tokens(job.workdir, itemsize),
+    ) as live:
+        return _run_shards(pending, job, tokenizer, max_retries, cpus_per_task, live)
 
 
 def _summary(
