@@ -27,10 +27,6 @@ _KERNEL = (
 
 ALLOWED = {
     # key: "path/under/tokenloom.py" (a module) or "path.py:qualified.name" (a function)
-    "cli/inspect.py:register": _NEW_USER,
-    "cli/inspect.py:_provenance_lines": _NEW_USER,
-    "cli/preview.py:register": _NEW_USER,
-    "cli/build_sequences_per_dataset.py:register": _NEW_USER,
     "datasets/_fast_sample.py:_kernel_fetch": _STATE,
     "kernels/batch.py:fill_sample": _KERNEL,
     "kernels/batch.py:fill_batch": _KERNEL,

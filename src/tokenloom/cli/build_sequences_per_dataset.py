@@ -63,6 +63,23 @@ def register(subparsers) -> argparse.ArgumentParser:
         metavar="PREFIX",
         help="dataset prefixes (path without .bin/.idx), optionally preceded by weights",
     )
+    _add_blend_flags(parser)
+    parser.add_argument(
+        "-o",
+        "--output",
+        "--per-dataset-sequences-path",
+        dest="output",
+        required=True,
+        metavar="FILE",
+        help="JSON file to write (atomically)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _add_blend_flags(parser: argparse.ArgumentParser) -> None:
+    """The blend's forms, as Megatron's: one list, a file of it, or one per split."""
     blend = parser.add_argument_group("blend (choose one form)")
     blend.add_argument(
         "--data-path",
@@ -87,18 +104,6 @@ def register(subparsers) -> argparse.ArgumentParser:
         metavar="FILE",
         help='JSON file {"train": [...], "valid": [...], "test": [...]}',
     )
-    parser.add_argument(
-        "-o",
-        "--output",
-        "--per-dataset-sequences-path",
-        dest="output",
-        required=True,
-        metavar="FILE",
-        help="JSON file to write (atomically)",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
-    parser.set_defaults(func=run)
-    return parser
 
 
 def _read_words(path: str) -> list[str]:

@@ -66,6 +66,15 @@ def register(subparsers) -> argparse.ArgumentParser:
         metavar="N",
         help="also check that every token id is below N (an integer >= 1)",
     )
+    _add_show_flags(parser)
+    _add_plot_flags(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _add_show_flags(parser: argparse.ArgumentParser) -> None:
+    """--show and what shapes it: the tokenizer, ids per sequence, characters per document."""
     parser.add_argument(
         "--show",
         type=int,
@@ -93,6 +102,10 @@ def register(subparsers) -> argparse.ArgumentParser:
         metavar="C",
         help="with --show and a tokenizer: at most C characters per document (default 600; 0: all)",
     )
+
+
+def _add_plot_flags(parser: argparse.ArgumentParser) -> None:
+    """--plot and its token budget."""
     parser.add_argument(
         "--plot",
         metavar="OUT.png",
@@ -106,9 +119,6 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="token frequencies count at most T tokens per PREFIX (T >= 1), in "
         "blocks spread over the file (default 20,000,000; above the file's size: all)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    parser.set_defaults(func=run)
-    return parser
 
 
 def _preview(dataset, count: int, width: int) -> list:
@@ -142,7 +152,7 @@ def _yes_no(value: Any) -> str:
 def _provenance_lines(
     prefix: str, record: Optional[dict], notes: list, unreadable: Optional[str] = None
 ) -> list:
-    from tokenloom.provenance import sidecar_path, tokenizer_label
+    from tokenloom.provenance import sidecar_path
 
     lines = [f"  {note}" for note in notes]
     if record is None and unreadable:
@@ -160,6 +170,16 @@ def _provenance_lines(
         f"provenance: {sidecar_path(prefix)} (tokenloom "
         f"{(record.get('tool') or {}).get('version', '?')})",
     )
+    lines += _tokenizer_lines(record)
+    lines += _input_lines(record)
+    return lines
+
+
+def _tokenizer_lines(record: dict) -> list:
+    """The sidecar's tokenizer, settings and merged parts, one line each."""
+    from tokenloom.provenance import tokenizer_label
+
+    lines: list[str] = []
     identity = record.get("tokenizer") or {}
     specials = ", ".join(
         f"{text}={i}" for text, i in (identity.get("special_tokens") or {}).items()
@@ -181,6 +201,12 @@ def _provenance_lines(
             f"  merged:     {part.get('prefix')} ({(part.get('counts') or {}).get('documents')}"
             " documents)"
         )
+    return lines
+
+
+def _input_lines(record: dict) -> list:
+    """The sidecar's inputs (the first 10) and counts."""
+    lines: list[str] = []
     inputs = record.get("inputs") or []
     size = sum(int(entry.get("bytes") or 0) for entry in inputs)
     lines.append(f"  inputs:     {len(inputs)} ({size:,} bytes)")

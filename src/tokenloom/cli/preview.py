@@ -79,6 +79,20 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         default="train",
         help="the split to preview (default train)",
     )
+    _add_sample_flags(parser)
+    parser.add_argument(
+        "--warn-repeats",
+        type=float,
+        default=4.0,
+        metavar="R",
+        help="warn when a source's tokens repeat more than R times (R > 0, default 4; inf: never)",
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _add_sample_flags(parser: argparse.ArgumentParser) -> None:
+    """How many random samples to print, which, and how much of each."""
     parser.add_argument(
         "--samples",
         type=int,
@@ -97,15 +111,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         metavar="C",
         help="at most C characters per document piece (default 400; 0: all)",
     )
-    parser.add_argument(
-        "--warn-repeats",
-        type=float,
-        default=4.0,
-        metavar="R",
-        help="warn when a source's tokens repeat more than R times (R > 0, default 4; inf: never)",
-    )
-    parser.set_defaults(func=run)
-    return parser
 
 
 # -- the blend ------------------------------------------------------------------------------
