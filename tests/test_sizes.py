@@ -17,9 +17,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "tokenloom"
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 50
 
-_NEW_USER = "being split by #19 new-user work"
 _STATE = "being split by #19 state work"
-_UNASSIGNED = "not yet split: outside the #19 size work's files, left for the lead to assign"
 _KERNEL = (
     "a numba kernel, one loop nest compiled whole (its readable twin and property test "
     "hold it); kernels/ is being reworked by #19 state work"
