@@ -6,12 +6,12 @@ import contextlib
 import json
 import os
 import pickle
-import time
 from collections import OrderedDict
 
 import numpy
 import pytest
 from tests.support.cache_files import flip_byte_of, header, rewrite_header
+from tests.support.waiting import wait_for_newer_mtime
 
 from tokenloom import cache as cache_module
 from tokenloom.cache import (
@@ -253,7 +253,7 @@ def test_file_identity_changes_when_data_is_rewritten(tmp_path):
         open(f"{prefix}.{suffix}", "wb").write(data)
     first = file_identity(prefix)
     assert first == file_identity(prefix)
-    time.sleep(0.01)
+    wait_for_newer_mtime(f"{prefix}.idx")  # as a real rewrite later on would be
     open(f"{prefix}.idx", "wb").write(b"J" * 100)  # same size, new content
     assert file_identity(prefix) != first
     os.unlink(f"{prefix}.bin")

@@ -4,12 +4,12 @@ missing caches are rebuilt or reported, never used; deferred mmap; fast_cache_lo
 from __future__ import annotations
 
 import os
-import time
 
 import numpy
 import pytest
 from tests.support.cache_files import array_extent
 from tests.support.dataset_files import small_config, split_indices, write_corpus
+from tests.support.waiting import wait_for_newer_mtime
 
 from tokenloom.datasets import GPTDataset, GPTDatasetConfig, Split, _gpt_indices
 from tokenloom.errors import CacheError
@@ -70,7 +70,7 @@ def test_add_extra_token_toggle_misses_the_cache(corpus, tmp_path):
 
 def test_regenerated_dataset_misses_the_cache(corpus, tmp_path):
     old = make(corpus, tmp_path / "cache")
-    time.sleep(0.01)
+    wait_for_newer_mtime(f"{corpus}.idx")  # as a real regeneration later on would be
     write_corpus(corpus, LENGTHS[::-1], seed=9)  # same path, different documents
     new = make(corpus, tmp_path / "cache")
     assert new.cache_key.hash != old.cache_key.hash

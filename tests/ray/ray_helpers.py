@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.support.waiting import poll
+
 from tokenloom.format import IndexedDataset
 from tokenloom.preprocess import output_prefix_for, preprocess
 
@@ -181,9 +183,5 @@ def _alive(pid: int) -> bool:
 
 def wait_for_no_processes(text: str, timeout: float = 20.0) -> list[int]:
     """Wait until no process mentions ``text``; return the ones left at the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = processes_mentioning(text)
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
+    poll(lambda: not processes_mentioning(text), timeout, interval=0.1)
+    return processes_mentioning(text)

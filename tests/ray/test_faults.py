@@ -27,6 +27,7 @@ from tests.ray.ray_helpers import (
     wait_for_no_processes,
     write_corpus,
 )
+from tests.support.waiting import poll, wait_until
 
 from tokenloom.preprocess.ray_engine import plan_shards, preprocess_ray
 from tokenloom.preprocess.ray_engine.processes import ray_descendants, stop_processes
@@ -46,26 +47,20 @@ def short_tmp() -> Iterator[str]:
 
 
 def _wait_for_markers(folder: Path, count: int, timeout: float, proc: Any = None) -> list:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = sorted(folder.glob("*.done.json")) if folder.exists() else []
-        if len(found) >= count:
-            return found
+    def finished() -> list:
         if proc is not None and proc.poll() is not None:
             pytest.fail(f"the driver ended early: {proc.communicate()}")
-        time.sleep(0.1)
-    pytest.fail(f"no {count} finished shards in {folder} after {timeout} s")
+        found = sorted(folder.glob("*.done.json")) if folder.exists() else []
+        return found if len(found) >= count else []
+
+    return wait_until(finished, timeout, f"{count} finished shards in {folder}", interval=0.1)
 
 
 def _wait_until_busy(cue: Path, timeout: float) -> None:
     """Until ``cue`` was touched in the last 0.3 s: a shard is being tokenised on its node."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cue.exists() and time.time() - cue.stat().st_mtime < 0.3:
-            return
-        time.sleep(0.01)
-    seen = sorted(p.name for p in cue.parent.iterdir())
-    pytest.fail(f"no shard ran on the node {cue.name} within {timeout} s (cues: {seen})")
+    if not poll(lambda: cue.exists() and time.time() - cue.stat().st_mtime < 0.3, timeout):
+        seen = sorted(p.name for p in cue.parent.iterdir())
+        pytest.fail(f"no shard ran on the node {cue.name} within {timeout} s (cues: {seen})")
 
 
 @pytest.mark.timeout(240)

@@ -10,11 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from tests.support.tokenizer_models import hf_path, real_texts  # noqa: F401
+from tests.support.waiting import gone, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 
@@ -80,29 +80,28 @@ def _start(big_input: Path, out: Path, hf_path: str) -> subprocess.Popen:  # noq
 
 
 def _wait_until_encoding(process: subprocess.Popen, out: Path) -> list:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def encoding() -> list:
+        if process.poll() is not None:
+            pytest.fail(f"preprocess ended before it could be interrupted: {process.stderr.read()}")
         workers = _workers(process.pid)
         writing = any(
             name.endswith(".tmp") and os.path.getsize(out / name) > 0 for name in os.listdir(out)
         )
-        if len(workers) >= 2 and writing:
-            return workers
-        if process.poll() is not None:
-            pytest.fail(f"preprocess ended before it could be interrupted: {process.stderr.read()}")
-        time.sleep(0.02)
-    pytest.fail("the workers never started")
+        return workers if len(workers) >= 2 and writing else []
+
+    return wait_until(encoding, 60, "two preprocess workers writing their shards")
 
 
 def _finish(process: subprocess.Popen, within: float):
-    started = time.monotonic()
+    """The exit status and stderr; fails if the process is still running ``within``
+    seconds from now (a hang, not a slow machine: the bound is generous)."""
     try:
         _, stderr = process.communicate(timeout=within)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         pytest.fail(f"still running {within} s after the signal")
-    return process.returncode, stderr, time.monotonic() - started
+    return process.returncode, stderr
 
 
 def _published(out: Path) -> list:
@@ -115,19 +114,13 @@ def test_ctrl_c_exits_130_quickly_without_traceback_or_output(big_input, tmp_pat
     process = _start(big_input, tmp_path, hf_path)
     workers = _wait_until_encoding(process, tmp_path)
     os.killpg(process.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
-    code, stderr, took = _finish(process, within=10)
-    assert code == 130 and took < 10
+    code, stderr = _finish(process, within=30)
+    assert code == 130
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert stderr.strip().splitlines() == ["tokenloom preprocess: interrupted"]
     assert _published(tmp_path) == []
     assert [name for name in os.listdir(tmp_path) if name.endswith(".tmp")] == []
-    time.sleep(0.5)
-    assert not [
-        pid
-        for pid in workers
-        if Path(f"/proc/{pid}").exists()
-        and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
-    ]
+    wait_until(lambda: all(gone(pid) for pid in workers), 10, f"workers {workers} exited")
 
 
 @pytest.mark.slow
@@ -138,8 +131,8 @@ def test_sigkilled_worker_names_the_worker_and_shard_and_publishes_nothing(
     process = _start(big_input, tmp_path, hf_path)
     workers = _wait_until_encoding(process, tmp_path)
     os.kill(workers[0], signal.SIGKILL)  # the out-of-memory killer
-    code, stderr, took = _finish(process, within=10)
-    assert code == 1 and took < 10
+    code, stderr = _finish(process, within=30)
+    assert code == 1
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in stderr, stderr
     assert "preprocess worker" in lines[0] and "killed by signal SIGKILL" in lines[0]

@@ -7,7 +7,8 @@ fail in those ways, one fault per request, then requests pass through again:
 * ``"403"``: ``InvalidAccessKeyId``;
 * ``"reset"``: the connection is reset before any answer;
 * ``"truncate"``: the real answer's headers, half its body, then the connection closes;
-* ``"slow:S"``: the real answer after ``S`` seconds.
+* ``"slow:S"``: the real answer after ``S`` seconds, or as soon as the plan is cleared
+  (so that no slow answer outlives the test that planned it).
 
 ``proxy.log`` records ``(method, path, range, fault)`` of every request.
 """
@@ -18,7 +19,6 @@ import http.client
 import socket
 import struct
 import threading
-import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
@@ -42,6 +42,9 @@ class FaultProxy:
         self._plan: list[str] = []
         self._match: Match = lambda method, path: True
         self._lock = threading.Lock()
+        self._released = threading.Event()  # set while clear() ends the held answers
+        self._held = 0
+        self._idle = threading.Condition(self._lock)
         proxy = self
 
         class Handler(_Handler):
@@ -71,9 +74,27 @@ class FaultProxy:
             self._match = match or (lambda method, path: True)
 
     def clear(self) -> None:
-        with self._lock:
+        """Forget the plan and the log; first end every held ``slow:`` answer."""
+        self._released.set()
+        with self._idle:
+            self._idle.wait_for(lambda: self._held == 0, timeout=30)
             self._plan = []
             self.log.clear()
+        self._released.clear()
+
+    def hold(self, seconds: float) -> None:
+        """Delay the answer of a ``slow:`` fault that :meth:`take` gave by ``seconds``,
+        or until :meth:`clear`."""
+        try:
+            self._released.wait(seconds)
+        finally:
+            with self._idle:
+                self._held -= 1
+                self._idle.notify_all()
+
+    def record(self, entry: tuple[str, str, Optional[str], Optional[str]]) -> None:
+        with self._lock:
+            self.log.append(entry)
 
     def faults_left(self) -> int:
         with self._lock:
@@ -82,7 +103,9 @@ class FaultProxy:
     def take(self, method: str, path: str) -> Optional[str]:
         with self._lock:
             if self._plan and self._match(method, path):
-                return self._plan.pop(0)
+                fault = self._plan.pop(0)
+                self._held += fault.startswith("slow:")  # clear() waits for its hold()
+                return fault
             return None
 
     def requests(
@@ -103,8 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         fault = self.owner.take(self.command, self.path)
-        with self.owner._lock:
-            self.owner.log.append((self.command, self.path, self.headers.get("Range"), fault))
+        self.owner.record((self.command, self.path, self.headers.get("Range"), fault))
         if fault in _ERRORS:
             return self._error(*_ERRORS[fault])
         if fault == "reset":
@@ -113,7 +135,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.close()
             return None
         if fault and fault.startswith("slow:"):
-            time.sleep(float(fault.split(":", 1)[1]))
+            self.owner.hold(float(fault.split(":", 1)[1]))
         status, headers, data = self._forward(body)
         self.send_response(status)
         for name, value in headers:

@@ -4,8 +4,6 @@ never clears ends in a clear error within a bounded time."""
 
 from __future__ import annotations
 
-import time
-
 import numpy
 import pytest
 from tests.storage.storage_helpers import storage_config
@@ -50,6 +48,7 @@ def test_faults_for_first_k_requests_are_retried(s3, tmp_path, caplog, scheme, f
     assert len(s3.proxy.requests("GET")) == len(faults) + 1
 
 
+@pytest.mark.timeout(60)  # the bound: 3 attempts of at most 1 s each, plus back-off
 @pytest.mark.parametrize("scheme", ["s3", "msc"])
 def test_fault_that_never_clears_fails_in_bounded_time(s3, tmp_path, caplog, scheme):
     policy = RetryPolicy(
@@ -64,16 +63,17 @@ def test_fault_that_never_clears_fails_in_bounded_time(s3, tmp_path, caplog, sch
     url = (s3.remote["small"] if scheme == "s3" else s3.msc("small", proxy=True)) + ".bin"
     reader = ObjectBinReader(url, config)
     s3.proxy.inject(["503"] * 100, match=_is_get)
-    started = time.monotonic()
     with caplog.at_level("INFO", logger="tokenloom"):
         with pytest.raises(StorageError, match=rf"{url}: GET bytes .* failed 3 time"):
             reader.read(numpy.uint16, 10, 0)
-    assert time.monotonic() - started < 10
     assert len(s3.proxy.requests("GET")) == 3
     assert len(_retry_logs(caplog, url)) == 2
 
 
+@pytest.mark.timeout(60)
 def test_slow_answer_beyond_read_timeout_fails_in_bounded_time(s3, tmp_path):
+    """Both answers are held far beyond the read timeout (until the test's end), so only
+    the read timeout can end the read."""
     policy = RetryPolicy(
         max_attempts=2,
         initial_backoff_s=0.01,
@@ -83,12 +83,10 @@ def test_slow_answer_beyond_read_timeout_fails_in_bounded_time(s3, tmp_path):
     )
     config = storage_config(tmp_path, endpoint_url=s3.proxy.url, retry=policy)
     reader = ObjectBinReader(s3.remote["small"] + ".bin", config)
-    s3.proxy.inject(["slow:2", "slow:2"], match=_is_get)
-    started = time.monotonic()
+    s3.proxy.inject(["slow:600", "slow:600"], match=_is_get)
     with pytest.raises(StorageError, match="small.bin.*ReadTimeoutError"):
         reader.read(numpy.uint16, 10, 0)
-    assert time.monotonic() - started < 4
-    time.sleep(2.2)  # let the proxy's slow handlers finish before the next test
+    assert len(s3.proxy.requests("GET")) == 2  # both attempts timed out
 
 
 def test_index_download_survives_faults(s3, tmp_path, caplog):
