@@ -1,20 +1,173 @@
-"""Every process-level cache is declared in ``tokenloom.process_caches``: bounded, and
-emptied by ``clear_process_caches()``, which never changes a result."""
+"""Every piece of process state is registered in ``tokenloom.process_caches``: caches
+bounded and emptied by ``clear_process_caches()`` (which never changes a result), other
+state registered with its reset and its fork and exit hooks. The scan
+(``tests/support/state_scan.py``) reads the whole ``src/tokenloom`` tree, so a new piece
+of state fails here, naming file:line. What is no state at all is named in ``EXEMPT``,
+with the reason (calls known to make immutable values are listed in the scan)."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import multiprocessing
+import random
 import threading
 from pathlib import Path
 
 import numpy
 import pytest
+from tests.support.state_scan import Finding, rel, scan_tree, violations, writes
 
-from tokenloom.process_caches import BoundedCache, clear_process_caches, process_caches
+from tokenloom.process_caches import (
+    BoundedCache,
+    ProcessState,
+    clear_process_caches,
+    process_caches,
+    process_state,
+)
 
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "tokenloom"
 
+CONSTANT_TABLE = "a constant table: read, never written (checked below)"
+EXEMPT = {
+    # module-level objects that are not state
+    "atomic.py:_UMASK": "the umask, read once at import on purpose: reading it means "
+    "setting it, which races with threads creating files",
+    "cache/keys.py:_ENCODER": "a json.JSONEncoder: its settings only, no state",
+    "format/identity.py:(DIGEST_NAME, _new_hash)": "the digest's name and constructor, "
+    "chosen once at import",
+    "format/_mapping.py:_MAP_FAILED": "MAP_FAILED, an int",
+    "format/publish_locks.py:_CLOEXEC": "an os flag (an int)",
+    "format/publish_locks.py:_NONBLOCK": "an os flag (an int)",
+    "format/publish_locks.py:_NOFOLLOW": "an os flag (an int)",
+    "format/sigaction.py:SigAction._fields_": "a ctypes structure's layout",
+    "kernels/prefetch.py:prefetch_read": "a numba intrinsic (a function)",
+    "kernels/prefetch.py:prefetch_write": "a numba intrinsic (a function)",
+    "megatron/errors.py:FLAVOURED": "error classes made once at import, never written",
+    "training/state_schema.py:_IDENTITY": "a schema table, never written",
+    "training/state_schema.py:_DATASET": CONSTANT_TABLE,
+    # the registry itself
+    "process_caches.py:_REGISTRY": "the registry of caches: the one home",
+    "process_caches.py:_STATES": "the registry of other state: the one home",
+    # entry points
+    "__main__.py:sys.exit": "the entry point's exit status",
+    "cli/main.py:sys.exit": "the entry point's exit status",
+    "megatron/__main__.py:sys.exit": "the entry point's exit status",
+    # constant tables
+    "cli/_look.py:_SPEC_KINDS": CONSTANT_TABLE,
+    "cli/_plan_rates.py:DEFAULT_RATES": CONSTANT_TABLE,
+    "cli/_preprocess_flags.py:_TOKENIZER_DEFAULTS": CONSTANT_TABLE,
+    "cli/_run_settings.py:MEGATRON_POLICY": CONSTANT_TABLE,
+    "cli/_tokenizer_settings.py:TOKENIZER_ALIASES": CONSTANT_TABLE,
+    "cli/prepare_cache.py:_OPTIONS": CONSTANT_TABLE,
+    "cli/prepare_cache.py:_ALIASES": CONSTANT_TABLE,
+    "cli/prepare_cache.py:_KINDS": CONSTANT_TABLE,
+    "cli/warmup.py:_WARMERS": CONSTANT_TABLE,
+    "datasets/__init__.py:_LAZY": CONSTANT_TABLE,
+    "datasets/_batch.py:BATCH_FIELDS": CONSTANT_TABLE,
+    "packing/_pipeline.py:DTYPES": CONSTANT_TABLE,
+    "packing/batch.py:EXPECTED": CONSTANT_TABLE,
+    "packing/thd.py:PAD_VALUES": CONSTANT_TABLE,
+    "packing/wrap.py:SCHEDULERS": CONSTANT_TABLE,
+    "preprocess/ray_engine/cluster.py:_QUIET_ENV": CONSTANT_TABLE,
+    "preprocess/records.py:REASONS": CONSTANT_TABLE,
+    "preprocess/stdlib_corpus.py:_SKIPPED_DIRS": CONSTANT_TABLE,
+    "tokenizers/megatron_tiktoken.py:PATTERNS": CONSTANT_TABLE,
+    "tokenizers/spec.py:_ALIASES": CONSTANT_TABLE,
+    "training/__init__.py:_LAZY": CONSTANT_TABLE,
+    "training/collate.py:BATCH_DTYPES": CONSTANT_TABLE,
+    "training/collate.py:NUMPY_DTYPES": CONSTANT_TABLE,
+    "training/state_schema.py:_DATASET_V1": CONSTANT_TABLE,
+    "training/state_schema.py:_COMMON": CONSTANT_TABLE,
+    "training/state_schema.py:_SCHEMAS": CONSTANT_TABLE,
+}
 
+
+def _is_registered(finding: Finding) -> bool:
+    """Whether the module-level object of ``finding`` is a registered cache or state."""
+    module = "tokenloom." + finding.path.removesuffix(".py").replace("/", ".")
+    module = module.removesuffix(".__init__")
+    value = vars(importlib.import_module(module)).get(finding.name, object())
+    owners = [s.owner for s in process_state() if isinstance(s, ProcessState)]
+    return any(value is cache for cache in process_caches()) or any(value is o for o in owners)
+
+
+def test_no_process_state_outside_the_registry():
+    problems = violations(scan_tree(SOURCE), EXEMPT, _is_registered)
+    assert problems == [], "\n".join(problems)
+
+
+def test_every_exemption_names_something_that_exists():
+    keys = {f.key for f in scan_tree(SOURCE)}
+    stale = sorted(set(EXEMPT) - keys)
+    assert stale == [], f"EXEMPT names what the tree no longer has: {stale}; remove them"
+
+
+def test_exempt_tables_are_never_written():
+    tables = {k.split(":", 1)[1]: k for k, reason in EXEMPT.items() if reason == CONSTANT_TABLE}
+    written = []
+    for path in sorted(SOURCE.rglob("*.py")):
+        for name, lines in writes(ast.parse(path.read_text())).items():
+            if name in tables:
+                written += [f"{rel(SOURCE, path)}:{line} writes {tables[name]}" for line in lines]
+    assert written == [], "\n".join(written) + "\n(a table that is written is state)"
+
+
+def test_the_scan_finds_every_kind_of_state_and_names_its_line(tmp_path):
+    (tmp_path / "stateful.py").write_text(
+        "import atexit, functools, logging, os, threading\n"
+        "from typing import TypeVar\n"
+        "_SEEN = {}\n"
+        "_ORDER: list = list()\n"
+        "_LOCAL = threading.local()\n"
+        "_POOL = Pool()\n"
+        "logger = logging.getLogger(__name__)\n"
+        "T = TypeVar('T')\n"
+        "NAMES = frozenset({'a'})\n"
+        "__all__ = ['f']\n"
+        "if True:\n"
+        "    os.register_at_fork(after_in_child=print)\n"
+        "atexit.register(print)\n"
+        "class Holder:\n"
+        "    seen = set()\n"
+        "@functools.lru_cache(maxsize=None)\n"
+        "def f(x):\n"
+        "    global _COUNT\n"
+        "    return x\n"
+        "@functools.cache\n"
+        "def g(x):\n"
+        "    return x\n"
+        "def h():\n"
+        "    atexit.register(print)\n"
+    )
+    found = {(f.line, f.kind, f.name) for f in scan_tree(tmp_path)}
+    assert found == {
+        (3, "mutable", "_SEEN"),
+        (4, "mutable", "_ORDER"),
+        (5, "instance", "_LOCAL"),
+        (6, "instance", "_POOL"),
+        (12, "fork/exit hook", "os.register_at_fork"),
+        (13, "fork/exit hook", "atexit.register"),
+        (15, "mutable", "Holder.seen"),
+        (17, "memoised or hooked", "f"),
+        (18, "global", "_COUNT"),
+        (21, "memoised or hooked", "g"),
+        (24, "fork/exit hook", "atexit.register"),
+    }
+    problems = violations(scan_tree(tmp_path), {"stateful.py:_SEEN": "why"}, lambda f: False)
+    assert len(problems) == len(found) - 1
+    assert any(p.startswith("stateful.py:5: instance _LOCAL: process state") for p in problems)
+
+
+def test_the_write_detector_sees_item_writes_and_mutators():
+    tree = ast.parse(
+        "TABLE = {}\nTABLE['a'] = 1\nmodule.TABLE.update(x)\ndel TABLE['a']\n"
+        "TABLE += [1]\nprint(TABLE['a'])\nOTHER['a'] = 1\n"
+    )
+    assert writes(tree)["TABLE"] == [2, 3, 4, 5]
+
+
+# -- the registry --------------------------------------------------------------------
 def test_bounded_cache_drops_the_oldest_entries():
     cache: BoundedCache[int, str] = BoundedCache("test: bound", 3, "int -> str")
     for k in range(3):
@@ -57,89 +210,71 @@ def test_the_registry_lists_every_cache_with_a_bound_and_clears_them():
     assert all(len(cache) == 0 for cache in caches)
 
 
-def _module_level_mutables(path: Path) -> list[str]:
-    """Names bound at module level to a new dict, list, set or OrderedDict."""
-    found = []
-    for node in ast.parse(path.read_text()).body:
-        value = getattr(node, "value", None)
-        targets = (
-            node.targets
-            if isinstance(node, ast.Assign)
-            else [node.target]
-            if isinstance(node, ast.AnnAssign)
-            else []
-        )
-        mutable = isinstance(value, (ast.Dict, ast.List, ast.Set)) or (
-            isinstance(value, ast.Call)
-            and getattr(value.func, "id", getattr(value.func, "attr", None))
-            in ("dict", "list", "set", "OrderedDict")
-        )
-        if mutable and targets:
-            found += [getattr(t, "id", "?") for t in targets]
-    return found
+def test_the_registry_lists_the_other_state_and_resets_it_safely():
+    """Every stateful object of the tree is listed; clearing resets what can be reset
+    and leaves each one working."""
+    import tokenloom.format._mapping  # noqa: F401 - registers the live mappings
+    import tokenloom.storage.integration  # noqa: F401 - registers the notice
+    from tokenloom.kernels import KERNELS
+    from tokenloom.preprocess.encode import WORKER_JOB
+    from tokenloom.storage.clients import DEFAULT_POOL
+
+    states = [s for s in process_state() if isinstance(s, ProcessState)]
+    names = {s.name for s in states}
+    assert {
+        "kernels: the kernel loader",
+        "kernels.shutdown: the exit guard",
+        "storage.clients: object-storage clients",
+        "format._mapping: live memory-mapped readers",
+        "format.sigbus: the SIGBUS reporter",
+        "preprocess.encode: the pool worker's job",
+        "storage.integration: the remote-mmap notice",
+        "storage.retry: the backoff jitter",
+    } <= names
+    assert all(s.holds and (s.reset is None or callable(s.reset)) for s in states)
+    WORKER_JOB.set("tokenizer", "spec")  # type: ignore[arg-type]
+    loaded = KERNELS.get("batch")
+    clear_process_caches()
+    clear_process_caches()  # twice: a reset of a reset state is fine
+    with pytest.raises(RuntimeError, match="outside a preprocess worker"):
+        WORKER_JOB.get()
+    assert len(DEFAULT_POOL) == 0
+    assert KERNELS.get("batch") is loaded  # loaded again: the same module
 
 
-def _memoising_decorators(path: Path) -> list[str]:
-    """Functions decorated with ``functools.lru_cache`` / ``functools.cache`` (hidden,
-    unclearable caches)."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for decorator in node.decorator_list:
-                target = decorator.func if isinstance(decorator, ast.Call) else decorator
-                name = getattr(target, "attr", getattr(target, "id", None))
-                if name in ("lru_cache", "cache"):
-                    found.append(node.name)
-    return found
+def _jitter() -> random.Random:
+    """storage.retry's generator, as the registry lists it."""
+    import tokenloom.storage.retry  # noqa: F401 - registers it
+
+    (state,) = [s for s in process_state() if s.name == "storage.retry: the backoff jitter"]
+    assert isinstance(state, ProcessState) and isinstance(state.owner, random.Random)
+    return state.owner
 
 
-AREAS = [
-    "cache",
-    "builder",
-    "kernels",
-    "index",
-    "format/identity.py",
-    "format/lazy.py",
-    "format/reader.py",
-    "format/index_file.py",
-    "format/dtypes.py",
-    "format/integrity.py",
-    "datasets/gpt.py",
-    "datasets/blended.py",
-    "datasets/_rng_memo.py",
-    "datasets/_gpt_indices.py",
-    "datasets/_sample.py",
-    "datasets/megatron_dataset.py",
-    "datasets/mock.py",
-    "datasets/masks.py",
-    "datasets/utils.py",
-    "training/permutation.py",
-    "training/samplers.py",
-    "training/state.py",
-    "progress.py",
-    "megatron",
-]
+def _jitter_in_child(queue) -> None:
+    from tokenloom.storage import retry
+
+    queue.put(retry.backoff_delay(retry.RetryPolicy(), 1, "error", _jitter()))
 
 
-@pytest.mark.parametrize("area", AREAS)
-def test_no_module_level_caches_outside_the_registry(area):
-    paths = [SOURCE / area] if area.endswith(".py") else sorted((SOURCE / area).rglob("*.py"))
-    assert paths and all(path.is_file() for path in paths), f"{area}: no such module"
-    for path in paths:
-        names = [n for n in _module_level_mutables(path) if n != "__all__"]
-        assert names == [], f"{path}: module-level state {names}; declare it in process_caches"
-        memoised = _memoising_decorators(path)
-        assert memoised == [], f"{path}: lru_cache on {memoised}; use a BoundedCache instead"
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_the_one_fork_hook_runs_the_registered_hooks_in_the_child():
+    """process_caches' fork hook runs storage.retry's: a child draws other jitter than
+    the parent's generator would have drawn (workers do not retry in step)."""
+    from tokenloom.storage import retry
 
-
-def test_the_detectors_find_module_level_state(tmp_path):
-    module = tmp_path / "stateful.py"
-    module.write_text(
-        "import functools\n_SEEN = {}\n_ORDER: list = list()\n"
-        "@functools.lru_cache(maxsize=None)\ndef f(x):\n    return x\n"
-    )
-    assert _module_level_mutables(module) == ["_SEEN", "_ORDER"]
-    assert _memoising_decorators(module) == ["f"]
+    state = _jitter().getstate()
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_jitter_in_child, args=(queue,))
+    child.start()
+    drawn = queue.get(timeout=60)
+    child.join(60)
+    assert child.exitcode == 0
+    inherited = random.Random()
+    inherited.setstate(state)
+    assert drawn != retry.backoff_delay(retry.RetryPolicy(), 1, "error", inherited)
 
 
 def _gpt_build(seed: int) -> tuple:
@@ -154,17 +289,42 @@ def _gpt_build(seed: int) -> tuple:
 def test_the_gpt_index_caches_fill_and_clearing_them_changes_no_result():
     """``datasets._gpt_indices`` and ``datasets._rng_memo`` keep their memos in the
     registry: a build fills them, a cleared build recomputes the same arrays."""
-    from tokenloom.process_caches import DOCUMENT_DRAWS, SEEDED_STATES, SHUFFLE_DRAWS
+    from tokenloom.process_caches import (
+        DOCUMENT_DRAWS,
+        SEEDED_GENERATORS,
+        SEEDED_STATES,
+        SHUFFLE_DRAWS,
+    )
 
     clear_process_caches()
     cold = _gpt_build(seed=4321)
     assert 4321 in SEEDED_STATES and len(DOCUMENT_DRAWS) == 1 and len(SHUFFLE_DRAWS) == 1
     warm = _gpt_build(seed=4321)
+    assert threading.get_ident() in SEEDED_GENERATORS  # the restored generator
     clear_process_caches()
     assert len(SEEDED_STATES) == len(DOCUMENT_DRAWS) == len(SHUFFLE_DRAWS) == 0
+    assert len(SEEDED_GENERATORS) == 0
     again = _gpt_build(seed=4321)
     for first, second, third in zip(cold, warm, again):
         numpy.testing.assert_array_equal(first, second)
         numpy.testing.assert_array_equal(first, third)
     other = _gpt_build(seed=4322)
     assert not numpy.array_equal(cold[2], other[2]) or not numpy.array_equal(cold[0], other[0])
+
+
+def test_the_cast_rules_cache_fills_and_clearing_it_changes_no_result():
+    from tokenloom.errors import FormatError
+    from tokenloom.format._buffers import check_fits
+    from tokenloom.process_caches import CAST_RULES
+
+    clear_process_caches()
+    check_fits(numpy.array([1, 2], dtype=numpy.int64), numpy.uint16, "here")
+    assert len(CAST_RULES) == 1
+    with pytest.raises(FormatError, match="does not fit uint16"):
+        check_fits(numpy.array([70000], dtype=numpy.int64), numpy.uint16, "here")
+    clear_process_caches()
+    with pytest.raises(FormatError, match="does not fit uint16"):
+        check_fits(numpy.array([70000], dtype=numpy.int64), numpy.uint16, "here")
+    check_fits(numpy.array([1], dtype=numpy.uint8), numpy.uint16, "here")  # safe: no bounds
+    with pytest.raises(FormatError, match="tokens must be numbers"):
+        check_fits(numpy.array(["a"]), numpy.uint16, "here")

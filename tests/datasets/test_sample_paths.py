@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 from tests.support.dataset_files import small_config, split_indices, write_corpus
 
 from tokenloom.datasets import GPTDataset, Split
-from tokenloom.datasets._sample import TokenSource, fast_fetch, general_fetch
+from tokenloom.datasets._fast_sample import fast_fetch
+from tokenloom.datasets._sample import general_fetch
+from tokenloom.datasets._tokens import TokenSource
 
 pytest.importorskip("numba")
 
@@ -207,7 +209,7 @@ def test_a_document_outside_the_bin_raises_format_error_on_both_paths(
 
 
 def test_compiled_entry_equals_the_dispatcher_and_falls_back(corpus, tmp_path):
-    from tokenloom.datasets._sample import kernel_params, sample_arguments
+    from tokenloom.datasets._fast_sample import kernel_params, sample_arguments
     from tokenloom.kernels import compiled_entry
 
     ds = make(corpus, tmp_path, Split.train, create_attention_mask=False)

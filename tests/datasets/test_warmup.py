@@ -62,6 +62,7 @@ def _fetch_in_child(ds, queue):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.processes
 def test_a_fork_right_after_the_first_sample_does_not_hang(dataset):
     dataset[0]  # may start the background load; the fork below must wait for it
     context = multiprocessing.get_context("fork")
@@ -96,6 +97,27 @@ def test_loader_life_cycle_start_join_stop():
 
 
 @pytest.mark.timeout(60)
+def test_exit_abandons_the_running_task_and_drops_the_rest():
+    """At interpreter exit the loader waits for nothing: the running task is left to
+    its daemon thread, queued and later tasks never run (until a restart)."""
+    from tokenloom.kernels.shutdown import ExitGuard
+
+    loader = KernelLoader(guard=ExitGuard())
+    started, gate, ran = threading.Event(), threading.Event(), []
+    loader.submit(lambda: (started.set(), gate.wait(20), ran.append("running")))
+    loader.submit(lambda: ran.append("queued"))
+    assert started.wait(20)
+    loader.exit()  # returns at once: the first task is still held at the gate
+    assert loader.pending() and ran == []
+    loader.submit(lambda: ran.append("after exit"))
+    gate.set()
+    assert loader.join(timeout=20) and ran == ["running"]
+    loader.restart()
+    loader.submit(lambda: ran.append("restarted"))
+    assert loader.join(timeout=20) and ran == ["running", "restarted"]
+
+
+@pytest.mark.timeout(60)
 def test_a_failing_task_does_not_stop_the_next_one():
     loader = KernelLoader()
     ran = []
@@ -105,6 +127,7 @@ def test_a_failing_task_does_not_stop_the_next_one():
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.processes
 def test_fork_joins_the_process_loader():
     """The process loader is joined before os.fork: a task still running in the
     parent has finished when the child starts."""
@@ -123,18 +146,19 @@ def test_a_long_reader_waits_for_a_slow_load_instead_of_staying_on_the_general_p
 ):
     """The first GENERAL_SAMPLES_BEFORE_WAIT samples come at once from the general path
     while the (here artificially slowed) load runs; the next one waits for the kernel."""
-    from tokenloom.datasets import _sample
+    from tokenloom.datasets import _fast_sample
+    from tokenloom.index import dispatch
 
     release = threading.Event()
-    real_load = _sample.TokenSource.load_kernels
+    real_load = _fast_sample.load_sample_kernels
 
-    def slow_load(self, *args):
+    def slow_load(*args):
         release.wait(30)  # the real load, held back until the test lets it go
         time.sleep(0.2)
-        real_load(self, *args)
+        real_load(*args)
 
-    monkeypatch.setattr(_sample.TokenSource, "load_kernels", slow_load)
-    monkeypatch.setattr(_sample, "GENERAL_SAMPLES_BEFORE_WAIT", 40)
+    monkeypatch.setattr(_fast_sample, "load_sample_kernels", slow_load)
+    monkeypatch.setattr(dispatch, "GENERAL_SAMPLES_BEFORE_WAIT", 40)
     rows = [k % len(dataset) for k in range(41)]
     expected = reference_samples(dataset, rows, monkeypatch)
     source, _ = dataset.sampler()

@@ -23,7 +23,9 @@ from typing import Any, Optional
 import numpy
 
 from tokenloom.attributes import read_attribute
-from tokenloom.datasets._sample import SampleMaker, TokenSource, kernel_params
+from tokenloom.datasets._fast_sample import kernel_params
+from tokenloom.datasets._sample import SampleMaker
+from tokenloom.datasets._tokens import TokenSource
 from tokenloom.errors import ConfigError, SampleIndexError
 from tokenloom.index.validate import sample_rows
 from tokenloom.kernels import KERNELS, read_only

@@ -17,9 +17,8 @@ from typing import Optional
 
 import numpy
 
-from tokenloom.attributes import read_attribute
 from tokenloom.errors import CacheError, ConfigError, FormatError
-from tokenloom.process_caches import SEEDED_STATES
+from tokenloom.process_caches import SEEDED_GENERATORS, SEEDED_STATES
 
 __all__ = [
     "EpochPlan",
@@ -205,8 +204,7 @@ def build_indices(
 
 # -- the generator: restoring a saved MT19937 state (process_caches.SEEDED_STATES) is
 # cheaper than seeding one; one reusable generator per thread (the builder may run
-# prefixes in threads)
-_THREAD = threading.local()
+# prefixes in threads), kept in process_caches.SEEDED_GENERATORS
 
 
 def _seeded_random_state(seed: int) -> numpy.random.RandomState:
@@ -216,8 +214,9 @@ def _seeded_random_state(seed: int) -> numpy.random.RandomState:
         fresh = numpy.random.RandomState(seed)
         SEEDED_STATES.put(seed, fresh.get_state())
         return fresh
-    generator = read_attribute(_THREAD, "generator", None)
+    thread = threading.get_ident()
+    generator: Optional[numpy.random.RandomState] = SEEDED_GENERATORS.get(thread)
     if generator is None:
-        generator = _THREAD.generator = numpy.random.RandomState(0)
+        generator = SEEDED_GENERATORS.put(thread, numpy.random.RandomState(0))
     generator.set_state(state)
     return generator

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 import operator
@@ -13,6 +12,7 @@ import numpy.typing as npt
 
 from tokenloom.attributes import has_attribute
 from tokenloom.errors import FormatError
+from tokenloom.process_caches import CAST_RULES
 
 _ScalarT = TypeVar("_ScalarT", bound=numpy.generic)
 
@@ -85,9 +85,16 @@ def as_numpy(values: object) -> npt.NDArray[Any]:
     return array.reshape(-1) if array.ndim != 1 else array
 
 
-@functools.cache
 def _cast_rule(source: numpy.dtype[Any], target: numpy.dtype[Any]) -> Optional[tuple[int, int]]:
-    """None when every ``source`` value fits ``target``; else the (min, max) to check."""
+    """None when every ``source`` value fits ``target``; else the (min, max) to check
+    (remembered in ``process_caches.CAST_RULES``)."""
+    known = CAST_RULES.get((source, target))
+    if known is None:
+        known = CAST_RULES.put((source, target), (_new_cast_rule(source, target),))
+    return known[0]
+
+
+def _new_cast_rule(source: numpy.dtype[Any], target: numpy.dtype[Any]) -> Optional[tuple[int, int]]:
     if source.kind not in "biuf":
         raise FormatError(f"tokens must be numbers, got an array of {source}")
     if numpy.can_cast(source, target, "safe") or target.kind == "f":

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from tokenloom.attributes import read_attribute
 from tokenloom.format.sigbus import REPORTER
+from tokenloom.process_caches import register_state
 
 __all__ = [
     "map_readonly",
@@ -217,5 +218,11 @@ class LiveMappings:
 
 #: the readers re-checked after ``fork`` (see :class:`LiveMappings`)
 LIVE_MAPPINGS = LiveMappings()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=LIVE_MAPPINGS.recheck_after_fork)
+register_state(
+    LIVE_MAPPINGS,
+    "format._mapping: live memory-mapped readers",
+    "weak references to the open readers of mapped files, re-checked in every child made "
+    "by fork (nothing to reset: it holds only what is open)",
+    None,
+    after_fork_in_child=LIVE_MAPPINGS.recheck_after_fork,
+)

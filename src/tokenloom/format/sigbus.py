@@ -81,6 +81,7 @@ from tokenloom.format.sigbus_handler import (
     WRITE,
     compile_handler,
 )
+from tokenloom.process_caches import register_state
 
 __all__ = ["ENABLE_ENV", "REPORTER", "SigbusReporter", "install", "supported"]
 
@@ -329,8 +330,14 @@ def _row_text(size: int, path: object) -> bytes:
 REPORTER = SigbusReporter()
 """The process's table of live mappings and its SIGBUS handler."""
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=REPORTER.after_fork)
+register_state(
+    REPORTER,
+    "format.sigbus: the SIGBUS reporter",
+    "the table of live mappings that the native SIGBUS handler reads, and the handler "
+    "(nothing to reset: it holds only what is mapped; clear() forgets the mappings)",
+    None,
+    after_fork_in_child=REPORTER.after_fork,
+)
 
 
 def install() -> bool:

@@ -1,11 +1,13 @@
-"""Which implementation builds each index, for which inputs: the one table.
+"""Which implementation runs, for which inputs: the one table.
 
-Every public builder of :mod:`tokenloom.index` asks a ``*_route`` function below which
-implementation to run. The choice depends on the inputs only (their sizes and kinds),
-never on what the process did before; every implementation gives bit-identical output
-(property-tested against :mod:`tokenloom.index.reference`). When the numba kernels are
-unavailable (``TOKENLOOM_DISABLE_NUMBA=1``, or numba cannot be imported, see
-:mod:`tokenloom.kernels`) a route naming a kernel runs the reference twin instead.
+Every public builder of :mod:`tokenloom.index`, and ``dataset[i]`` of a GPT dataset,
+asks a ``*_route`` function below which implementation to run. The choice depends on
+the inputs only (their sizes and kinds), never on what the process did before, with one
+exception (the last ``dataset[i]`` row, below); every implementation gives bit-identical
+output (property-tested against :mod:`tokenloom.index.reference` and the general sample
+path). When the numba kernels are unavailable (``TOKENLOOM_DISABLE_NUMBA=1``, or numba
+cannot be imported, see :mod:`tokenloom.kernels`) a route naming a kernel runs the
+reference twin instead.
 
 =================  =======================================================  ==================
 index              inputs                                                   implementation
@@ -21,7 +23,22 @@ sample index       otherwise                                                ``KE
 shuffle            a C-contiguous writeable 1-D array of 1/2/4/8-byte items  ``KERNEL``
                    with at least ``SHUFFLE_KERNEL_MIN_SIZE`` items, MT19937
 shuffle            otherwise                                                ``NUMPY``
+``dataset[i]``     ``fill_sample`` cannot make every field (tokens not      ``GENERAL``
+                   memory-mapped, ``return_cu_seqlens``, per-sample
+                   attention masks, an EOD or pad id outside int64)
+``dataset[i]``     otherwise, once the kernel is loaded                     ``KERNEL``
+``dataset[i]``     otherwise, while it loads: the first                     ``GENERAL``, then
+                   ``GENERAL_SAMPLES_BEFORE_WAIT`` samples                  ``WAIT`` + ``KERNEL``
 =================  =======================================================  ==================
+
+The one exception: the sample kernel loads in the kernel loader's background thread
+(:data:`tokenloom.kernels.KERNELS`; numba's import and its cached machine code take
+0.3-0.5 s, a compile seconds), so that the first sample of a process never waits for
+numba. Until it is loaded, samples come from the general path; which samples those are
+depends on timing. The samples do not: both paths give the same bytes (property tests in
+``tests/datasets/test_sample_paths.py``), so only the speed of those first samples
+depends on timing. A reader that asks for more than ``GENERAL_SAMPLES_BEFORE_WAIT``
+samples before the load ends waits for it rather than staying on the slower path.
 
 The thresholds are where the cheaper-to-start implementation stops being at least as
 fast, in a process that has not loaded numba yet (its first kernel call loads numba
@@ -30,6 +47,7 @@ and the cached machine code); the measurements are in ``BENCHMARKS.md``.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy
@@ -40,6 +58,8 @@ __all__ = [
     "BLEND_NUMPY_MAX_WORK",
     "BLEND_SCAN_BELOW",
     "FAST",
+    "GENERAL",
+    "GENERAL_SAMPLES_BEFORE_WAIT",
     "KERNEL",
     "NUMPY",
     "REFERENCE",
@@ -47,20 +67,25 @@ __all__ = [
     "SCAN",
     "SHUFFLE_KERNEL_MIN_SIZE",
     "VECTORIZED",
+    "WAIT",
     "blending_route",
     "exhaustive_route",
     "sample_index_route",
+    "sample_route",
+    "sample_kernel_applies",
     "shuffle_route",
 ]
 
 #: implementation names
-NUMPY, REFERENCE, VECTORIZED, SCAN, FAST, KERNEL = (
+NUMPY, REFERENCE, VECTORIZED, SCAN, FAST, KERNEL, GENERAL, WAIT = (
     "numpy",
     "reference",
     "vectorized",
     "scan",
     "fast",
     "kernel",
+    "general",
+    "wait",
 )
 
 BLEND_NUMPY_MAX_WORK = 25_000_000
@@ -78,6 +103,12 @@ numpy calls); longer ones by the one-pass kernel."""
 SHUFFLE_KERNEL_MIN_SIZE = 8192
 """Arrays shorter than this are shuffled by numpy's own ``RandomState.shuffle``:
 reading and writing the generator state costs more than the kernel saves on them."""
+
+GENERAL_SAMPLES_BEFORE_WAIT = 256
+"""Samples of a dataset that the general path serves while its kernel loads in the
+background; the next one waits for the load. A reader of many samples is better off
+waiting than serving them all by the slower general path, while the first samples still
+come at once."""
 
 _BLEND_NUMPY_OVERHEAD = 750  # per-sample cost of the numpy scan, in units of datasets
 
@@ -118,3 +149,42 @@ def shuffle_route(random_state: Any, x: Any) -> str:
         and x.dtype.itemsize in (1, 2, 4, 8)
     )
     return KERNEL if fits else NUMPY
+
+
+def sample_kernel_applies(
+    tokens_mapped: bool,
+    kernels_available: bool,
+    return_cu_seqlens: bool,
+    per_sample_attention_mask: bool,
+    eod: Any,
+    pad: Any,
+) -> bool:
+    """Whether ``dataset[i]`` may be served by ``fill_sample``: it makes every field the
+    config asks for (not ``cu_seqlens``, nor a per-sample attention mask), from a
+    memory-mapped ``.bin``, with integer EOD and pad ids that fit int64 (a tokenizer may
+    lack an EOD)."""
+    return (
+        tokens_mapped
+        and kernels_available
+        and not return_cu_seqlens
+        and not per_sample_attention_mask
+        and _fits_int64(eod)
+        and _fits_int64(pad)
+    )
+
+
+def sample_route(kernel_loaded: bool, served_while_loading: int) -> str:
+    """``KERNEL``, ``GENERAL`` or ``WAIT`` (for the load, then ``KERNEL``) for the next
+    ``dataset[i]`` of a dataset that :func:`sample_kernel_applies` to, after
+    ``served_while_loading`` samples served by the general path while the kernel loads.
+    The one route that depends on timing (see the module's docstring)."""
+    if kernel_loaded:
+        return KERNEL
+    return GENERAL if served_while_loading < GENERAL_SAMPLES_BEFORE_WAIT else WAIT
+
+
+def _fits_int64(value: Any) -> bool:
+    try:
+        return -(2**63) <= operator.index(value) < 2**63
+    except TypeError:
+        return False

@@ -20,18 +20,26 @@ Background loading: :meth:`KernelLoader.submit` runs a loading task (import a mo
 call a kernel once so that its machine code is loaded) in one worker thread, so that
 the first sample does not wait for numba. Its life cycle:
 
-1. started by the first :meth:`~KernelLoader.submit` (one thread, which exits once
-   its queue is empty; a later ``submit`` starts a new one);
-2. joined before every ``os.fork`` (``os.register_at_fork``): a child must never
-   inherit numba's compiler lock held by a thread that does not exist in it; and
-   joined on demand by :meth:`~KernelLoader.join`;
-3. stopped by :meth:`~KernelLoader.stop` (also at interpreter exit): pending tasks
-   finish, and later ones run at once in the caller's thread.
+1. started by the first :meth:`~KernelLoader.submit` (one daemon thread, which exits
+   once its queue is empty; a later ``submit`` starts a new one);
+2. joined before every ``os.fork``: a child must never inherit numba's compiler lock
+   held by a thread that does not exist in it; and joined on demand by
+   :meth:`~KernelLoader.join` (a reader that needs the kernel now waits for it);
+3. stopped by :meth:`~KernelLoader.stop`: pending tasks finish, and later ones run at
+   once in the caller's thread (``tokenloom warmup``);
+4. never waited for at interpreter exit (:meth:`~KernelLoader.exit`): queued tasks are
+   dropped and a compile still running is abandoned, so a process whose work is done
+   exits at once. :data:`tokenloom.kernels.shutdown.GUARD` keeps the exit out of an LLVM
+   call and out of numba's cache write; the next process that needs the kernel compiles
+   it again, into the cache.
+
+The loader and the guard are process state registered in :mod:`tokenloom.process_caches`
+(its fork and exit hooks run them); ``clear_process_caches()`` calls
+:meth:`~KernelLoader.clear`.
 """
 
 from __future__ import annotations
 
-import atexit
 import collections
 import importlib
 import importlib.util
@@ -42,6 +50,9 @@ import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Optional
+
+from tokenloom.kernels.shutdown import GUARD, ExitGuard
+from tokenloom.process_caches import register_state
 
 __all__ = [
     "DISABLE_ENV",
@@ -73,10 +84,13 @@ class KernelLoader:
     """Loads the kernel modules once each, and owns the background loading thread.
 
     Thread-safe. :meth:`clear` forgets the loaded modules (the process-cache registry
-    calls it); numba's own compiled code stays in memory and on disk.
+    calls it); numba's own compiled code stays in memory and on disk. ``guard`` (the
+    process's :data:`~tokenloom.kernels.shutdown.GUARD` by default) is closed by
+    :meth:`exit`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, guard: ExitGuard = GUARD) -> None:
+        self._guard = guard  # keeps an exit out of LLVM calls and numba's cache writes
         self._lock = threading.RLock()  # the queue and thread of background tasks
         self._import_lock = threading.RLock()  # imports: slow, and must not block submit()
         self._modules: dict[str, Optional[ModuleType]] = {}
@@ -85,6 +99,7 @@ class KernelLoader:
         self._queue: collections.deque[Callable[[], None]] = collections.deque()
         self._thread: Optional[threading.Thread] = None
         self._stopped = False
+        self._exiting = False
 
     # -- loading ---------------------------------------------------------------------
     def available(self) -> bool:
@@ -120,13 +135,16 @@ class KernelLoader:
         if self._unusable is not None:
             return None
         try:
-            return importlib.import_module(f"{__name__}.{name}")
+            module = importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError as error:
             if (error.name or "").split(".")[0] not in _NUMBA_PARTS:
                 raise
             self._mark_unusable(f"{error.name} cannot be imported")
         except (ImportError, RuntimeError, OSError) as error:  # present but unusable
             self._mark_unusable(f"{type(error).__name__}: {error}")
+        else:
+            self._guard.install()  # numba is imported now: its compiles are guarded
+            return module
         return None
 
     def _mark_unusable(self, reason: str) -> None:
@@ -153,8 +171,11 @@ class KernelLoader:
         """Run ``task()`` in the loading thread (at once in this thread once stopped).
 
         Exceptions of ``task`` are logged at debug level and dropped: a task only makes
-        a faster path available, the readable one keeps serving."""
+        a faster path available, the readable one keeps serving; for the same reason a
+        task submitted once the interpreter exits is dropped."""
         with self._lock:
+            if self._exiting:
+                return
             if not self._stopped:
                 self._queue.append(task)
                 if self._thread is None:
@@ -168,10 +189,12 @@ class KernelLoader:
     def _drain(self) -> None:
         while True:
             with self._lock:
-                if not self._queue:
+                if not self._queue or self._exiting:
                     self._thread = None
                     return
                 task = self._queue.popleft()
+            if not numba_disabled():
+                self._guard.install()  # every task loads compiled code: LLVM guarded
             _run_task(task)
 
     def pending(self) -> bool:
@@ -195,9 +218,18 @@ class KernelLoader:
         self.join()
 
     def restart(self) -> None:
-        """Undo :meth:`stop`: tasks go to the background thread again."""
+        """Undo :meth:`stop` (and :meth:`exit`): tasks go to the background thread again."""
         with self._lock:
-            self._stopped = False
+            self._stopped = self._exiting = False
+
+    def exit(self) -> None:
+        """At interpreter exit: drop the queued tasks and abandon the running one (never
+        waited for; :data:`~tokenloom.kernels.shutdown.GUARD` stops it outside LLVM and
+        outside numba's cache write, within milliseconds)."""
+        with self._lock:
+            self._exiting = True
+            self._queue.clear()
+        self._guard.close()
 
 
 def _run_task(task: Callable[[], None]) -> None:
@@ -251,6 +283,19 @@ def cache_locations() -> list[str]:
 KERNELS = KernelLoader()
 """The process's kernel loader."""
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=KERNELS.join)
-atexit.register(KERNELS.stop)
+register_state(
+    KERNELS,
+    "kernels: the kernel loader",
+    "the kernel modules loaded (or why numba cannot run) and the background loading thread",
+    KERNELS.clear,
+    before_fork=KERNELS.join,
+    at_exit=KERNELS.exit,
+)
+register_state(
+    GUARD,
+    "kernels.shutdown: the exit guard",
+    "the threads inside an LLVM call or a numba cache write now (nothing to reset: "
+    "it holds only what runs)",
+    None,
+    after_fork_in_child=GUARD.after_fork,
+)

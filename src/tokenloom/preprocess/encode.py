@@ -32,6 +32,7 @@ from tokenloom.attributes import read_attribute
 from tokenloom.errors import PreprocessError, TokenizerError
 from tokenloom.preprocess.records import FAIL, KEEP, ParsedChunk, Policy, Splitter
 from tokenloom.preprocess.sources import parse_any
+from tokenloom.process_caches import register_state
 
 
 @dataclass(frozen=True)
@@ -191,24 +192,48 @@ def encode_parsed(parsed: ParsedChunk, tokenizer: Any, spec: EncodeSpec) -> Enco
 
 
 # -- worker-process side --------------------------------------------------------------
-_WORKER: Optional[dict] = None
+class WorkerJob:
+    """The job of a preprocess worker process: the tokenizer and the spec that the
+    pool's initializer (:func:`init_worker`) handed it. Registered process state."""
+
+    def __init__(self) -> None:
+        self._job: Optional[tuple[Any, EncodeSpec]] = None
+
+    def set(self, tokenizer: Any, spec: EncodeSpec) -> None:
+        """Remember the job of this worker process."""
+        self._job = (tokenizer, spec)
+
+    def get(self) -> tuple[Any, EncodeSpec]:
+        """``(tokenizer, spec)``; RuntimeError outside a worker (none was set)."""
+        if self._job is None:
+            raise RuntimeError("process_chunk called outside a preprocess worker")
+        return self._job
+
+    def clear(self) -> None:
+        """Forget the job (a worker's next chunk then fails with the RuntimeError)."""
+        self._job = None
+
+
+WORKER_JOB = WorkerJob()
+register_state(
+    WORKER_JOB,
+    "preprocess.encode: the pool worker's job",
+    "the (tokenizer, EncodeSpec) that init_worker set in a preprocess worker process",
+    WORKER_JOB.clear,
+)
 
 
 def init_worker(tokenizer: Any, spec: EncodeSpec) -> None:
     """Process-pool initializer: remember the job; the tokenizer runs single-threaded."""
-    global _WORKER
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker process
-    _WORKER = {"tokenizer": tokenizer, "spec": spec}
+    WORKER_JOB.set(tokenizer, spec)
 
 
 def process_chunk(chunk: Any) -> EncodedChunk:
     """Parse and encode one raw chunk (JSONL bytes or records) in a worker process."""
-    if _WORKER is None:
-        raise RuntimeError("process_chunk called outside a preprocess worker")
-    job, started = _WORKER, time.process_time()
-    spec: EncodeSpec = job["spec"]
+    (tokenizer, spec), started = WORKER_JOB.get(), time.process_time()
     parsed = parse_any(chunk, spec)
-    encoded = encode_parsed(parsed, job["tokenizer"], spec)
+    encoded = encode_parsed(parsed, tokenizer, spec)
     encoded.worker_cpu_seconds = time.process_time() - started
     return encoded
 
@@ -223,4 +248,6 @@ __all__ = [
     "encode_parsed",
     "init_worker",
     "process_chunk",
+    "WorkerJob",
+    "WORKER_JOB",
 ]

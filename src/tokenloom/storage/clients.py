@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
+from tokenloom.process_caches import register_state
 from tokenloom.storage.config import ObjectStorageConfig
 
 logger = logging.getLogger("tokenloom.storage")
@@ -205,7 +206,14 @@ class ClientPool:
 
 
 DEFAULT_POOL = ClientPool()
-os.register_at_fork(after_in_child=DEFAULT_POOL.reset_after_fork)
+register_state(
+    DEFAULT_POOL,
+    "storage.clients: object-storage clients",
+    f"at most {_MAX_CLIENTS} boto3/MSC clients by (endpoint, region, profile, timeouts, "
+    "environment), made again in a child made by fork",
+    DEFAULT_POOL.clear,
+    after_fork_in_child=DEFAULT_POOL.reset_after_fork,
+)
 
 
 def clear_clients() -> None:

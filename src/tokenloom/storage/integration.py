@@ -12,6 +12,7 @@ from typing import Any
 
 from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
+from tokenloom.process_caches import register_state
 from tokenloom.storage.bin_reader import ObjectBinReader
 from tokenloom.storage.config import ObjectStorageConfig, coerce_config
 from tokenloom.storage.datasets import config_or_default, open_remote_dataset
@@ -42,6 +43,12 @@ class _Once:
 
 REMOTE_MMAP_NOTE = _Once()
 """The one INFO line saying that ``mmap=True`` is ignored for remote prefixes."""
+register_state(
+    REMOTE_MMAP_NOTE,
+    "storage.integration: the remote-mmap notice",
+    "whether the INFO line on mmap=True for remote prefixes was logged in this process",
+    REMOTE_MMAP_NOTE.reset,
+)
 
 
 def open_remote_pair(path_prefix: str, config: Any, mmap: bool) -> tuple[str, ObjectBinReader]:

@@ -20,6 +20,7 @@ from typing import Optional, TypeVar
 
 from tokenloom.attributes import read_attribute
 from tokenloom.errors import StorageError
+from tokenloom.process_caches import register_state
 from tokenloom.storage.config import RetryPolicy
 
 logger = logging.getLogger("tokenloom.storage")
@@ -129,6 +130,14 @@ def backoff_delay(policy: RetryPolicy, attempt: int, kind: str, rng: random.Rand
 
 
 _RNG = random.Random()
+register_state(
+    _RNG,
+    "storage.retry: the backoff jitter",
+    "the random generator of the retries' full jitter, seeded again in every child made "
+    "by fork (as the random module's own), so that workers do not retry in step",
+    _RNG.seed,
+    after_fork_in_child=_RNG.seed,
+)
 
 
 def call_with_retries(

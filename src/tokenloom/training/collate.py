@@ -22,6 +22,7 @@ import torch
 
 from tokenloom.attributes import has_attribute, read_attribute
 from tokenloom.errors import ConfigError
+from tokenloom.process_caches import CAUSAL_MASKS
 from tokenloom.training.samplers import RandomSeedDataset
 
 __all__ = [
@@ -45,16 +46,15 @@ NUMPY_DTYPES = {
     "loss_mask": numpy.float32,
     "position_ids": numpy.int64,
 }
-_CAUSAL: dict[int, torch.Tensor] = {}
 
 
 def _causal(seq: int) -> torch.Tensor:
-    """``[1, 1, s, s]`` bool, True above the diagonal (one per length, at most 4 kept)."""
-    if seq not in _CAUSAL:
-        if len(_CAUSAL) >= 4:
-            _CAUSAL.clear()
-        _CAUSAL[seq] = torch.ones(seq, seq, dtype=torch.bool).triu_(1)[None, None]
-    return _CAUSAL[seq]
+    """``[1, 1, s, s]`` bool, True above the diagonal (one per length, the last few
+    kept in ``process_caches.CAUSAL_MASKS``)."""
+    mask: Optional[torch.Tensor] = CAUSAL_MASKS.get(seq)
+    if mask is None:
+        mask = CAUSAL_MASKS.put(seq, torch.ones(seq, seq, dtype=torch.bool).triu_(1)[None, None])
+    return mask
 
 
 def cu_seqlens(tokens: torch.Tensor, eod: int) -> tuple[torch.Tensor, torch.Tensor]:
