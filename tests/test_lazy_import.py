@@ -34,18 +34,21 @@ def of(modules: list[str], packages: tuple[str, ...]) -> list[str]:
     return [m for m in modules if any(m == p or m.startswith(p + ".") for p in packages)]
 
 
+@pytest.mark.processes
 def test_import_tokenloom_loads_almost_nothing():
     modules = loaded_after("import tokenloom")
     assert of(modules, ("tokenloom",)) == ["tokenloom", "tokenloom._version"]
     assert of(modules, ("numpy", "torch")) == []
 
 
+@pytest.mark.processes
 def test_import_tokenloom_format_loads_no_builder_storage_or_distributed():
     modules = loaded_after("import tokenloom.format")
     assert "tokenloom.format.reader" in modules  # the check sees the format layer
     assert of(modules, HEAVY) == []
 
 
+@pytest.mark.processes
 def test_reading_a_local_pair_loads_no_storage(tmp_path):
     code = (
         "from tokenloom.format import IndexedDataset, IndexedDatasetBuilder\n"
@@ -60,6 +63,7 @@ def test_reading_a_local_pair_loads_no_storage(tmp_path):
     assert of(loaded_after(code), HEAVY) == []
 
 
+@pytest.mark.processes
 def test_every_exported_name_is_importable_and_seen_by_type_checkers():
     names = [n for n in tokenloom.__all__ if n != "__version__"]
     code = f"from tokenloom import {', '.join(tokenloom.__all__)}\n"

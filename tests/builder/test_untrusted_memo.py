@@ -56,6 +56,7 @@ def test_crafted_memo_is_ignored_and_rewritten(corpora, tmp_path, caplog, monkey
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.processes
 def test_memo_symlinked_to_dev_zero_is_not_read(tmp_path):
     path = plant(tmp_path / "x-startup-memo.json", "zero")
     code = (

@@ -94,6 +94,7 @@ def test_unreadable_pair_fails(prefix, tmp_path, capsys):
     assert "missing.idx: index file does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.processes
 def test_console_script(golden_dir, tmp_path):
     script = Path(sys.executable).parent / "tokenloom"
     if not script.exists():

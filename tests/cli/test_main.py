@@ -13,6 +13,7 @@ PAIR = GOLDEN_DIR / "corpora" / "c0"
 
 @requires_golden
 @pytest.mark.timeout(120)
+@pytest.mark.processes
 def test_a_reader_that_stops_early_ends_the_command_quietly():
     """``tokenloom inspect ... | head -1``: exit 141 as a SIGPIPE death, no error line."""
     command = [sys.executable, "-m", "tokenloom", "inspect", str(PAIR)]

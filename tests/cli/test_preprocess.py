@@ -146,6 +146,7 @@ def test_help_documents_the_policies(capsys):
     assert "(default fail)" in text and "default skip" in text
 
 
+@pytest.mark.processes
 def test_entry_point_with_workers_and_a_trained_tokenizer(tmp_path, jsonl, texts):
     from tokenloom.tokenizers.train import train_byte_level_bpe
 
@@ -287,6 +288,7 @@ def _readme_megatron_command() -> list:
 
 @requires_golden
 @pytest.mark.timeout(300)
+@pytest.mark.processes
 def test_the_readme_megatron_command_runs_unchanged(tmp_path):
     """The docs' Megatron command, run as ``tokenloom preprocess ARGS``, writes Megatron's bytes."""
     for name in ("inputs", "tokenizers"):

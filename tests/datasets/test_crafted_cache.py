@@ -17,6 +17,8 @@ from tests.support.dataset_files import small_config, split_indices, write_corpu
 
 from tokenloom.datasets import GPTDataset, Split
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

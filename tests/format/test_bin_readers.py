@@ -65,6 +65,7 @@ def test_short_read_is_a_format_error_without_retry(bin_file, monkeypatch):
         assert reader.size == 400
 
 
+@pytest.mark.processes
 def test_file_reader_reopens_after_fork(bin_file):
     reader = FileBinReader(bin_file)
     assert reader.read(numpy.int32, 1, 0).tolist() == [0]

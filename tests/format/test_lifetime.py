@@ -42,6 +42,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.parametrize("mode", ["close", "gc"])
 @pytest.mark.parametrize("mmap", ["mmap", "file"])
+@pytest.mark.processes
 def test_arrays_outlive_dataset(tmp_path, mode, mmap):
     prefix = write_dataset(tmp_path / "data", random_documents(seed=5))
     result = subprocess.run(

@@ -117,6 +117,7 @@ print(json.dumps({"merged": sorted(prefixes)}))
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.megatron
 def test_megatron_merge_datasets_accepts_a_preprocessed_folder(tmp_path):
     require_megatron()
     from tokenloom.cli.main import main
@@ -172,6 +173,7 @@ def _writer_in_child(prefix: str, documents, timeout: float) -> int:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.processes
 def test_a_reader_keeps_a_writer_away_from_an_existing_pair(tmp_path):
     prefix = _write(str(tmp_path / "data"), [[1, 2]])
     with publish.reading(prefix):  # what IndexedDataset does while it opens both files
@@ -182,6 +184,7 @@ def test_a_reader_keeps_a_writer_away_from_an_existing_pair(tmp_path):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.processes
 def test_a_reader_keeps_a_writer_away_from_a_prefix_without_an_index(tmp_path):
     prefix = str(tmp_path / "data")  # nothing there yet: no .idx, no lock file
     with publish.reading(prefix):
@@ -218,6 +221,7 @@ def _crash_after_the_commit(prefix: str, documents) -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.processes
 def test_read_only_folder_reads_without_trace_and_asks_for_write_access_to_repair(tmp_path):
     with mounted_tmpfs(tmp_path / "ro", "4m") as folder:
         prefix = _write(str(folder / "data"), [[1, 2]])

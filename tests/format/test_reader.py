@@ -85,6 +85,7 @@ def test_pickle_reopens_files(small_prefix, mmap):
     assert clone[0].tolist() == _flat(documents)[0]
 
 
+@pytest.mark.processes
 def test_dataloader_workers_read_through_pickled_dataset(small_prefix):
     torch = pytest.importorskip("torch")
     prefix, documents = small_prefix

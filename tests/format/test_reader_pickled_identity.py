@@ -13,6 +13,8 @@ import pytest
 from tokenloom.errors import FormatError
 from tokenloom.format import IndexedDataset, IndexedDatasetBuilder
 
+pytestmark = pytest.mark.processes
+
 
 def _write(prefix: str, seed: int) -> None:
     builder = IndexedDatasetBuilder(prefix + ".bin", dtype=numpy.uint16)

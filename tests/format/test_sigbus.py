@@ -91,6 +91,7 @@ def _line(prefix: str, size: int = SEQUENCES * LENGTH * 2) -> str:
         "int(dataset[40][0])",  # one element of the view
     ],
 )
+@pytest.mark.processes
 def test_a_read_in_the_middle_of_a_shrunk_mapping_names_the_file(prefix, read):
     stdout, stderr = _crash(
         f"""
@@ -112,6 +113,7 @@ def test_a_read_in_the_middle_of_a_shrunk_mapping_names_the_file(prefix, read):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.processes
 def test_a_numba_kernel_reading_a_shrunk_mapping_names_the_file(prefix, tmp_path):
     """``GPTDataset.get_batch``: the batch kernel gathers the tokens (no GIL, no Python)."""
     _, stderr = _crash(
@@ -137,6 +139,7 @@ def test_a_numba_kernel_reading_a_shrunk_mapping_names_the_file(prefix, tmp_path
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.processes
 def test_the_line_names_the_file_that_shrank_among_two(tmp_path):
     first, second = _pair(tmp_path / "first"), _pair(tmp_path / "second", first=100)
     _, stderr = _crash(
@@ -157,6 +160,7 @@ def test_the_line_names_the_file_that_shrank_among_two(tmp_path):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("switch", ["TOKENLOOM_SIGBUS_HANDLER", "TOKENLOOM_DISABLE_NUMBA"])
+@pytest.mark.processes
 def test_the_opt_outs_restore_the_old_silence(prefix, switch):
     stdout, stderr = _crash(
         """
@@ -175,6 +179,7 @@ def test_the_opt_outs_restore_the_old_silence(prefix, switch):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.processes
 def test_faulthandler_still_prints_its_traceback_after_the_line(prefix):
     """Enabled before the first open (``python -X faulthandler``, pytest's plugin): the
     handler chains to it."""
@@ -195,6 +200,7 @@ def test_faulthandler_still_prints_its_traceback_after_the_line(prefix):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("again", ["a later open", "install()"])
+@pytest.mark.processes
 def test_faulthandler_enabled_later_is_chained_once_the_handler_is_back_on_top(
     prefix, tmp_path, again
 ):
@@ -224,6 +230,7 @@ def test_faulthandler_enabled_later_is_chained_once_the_handler_is_back_on_top(
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.processes
 def test_a_sigbus_that_is_not_a_mapped_file_passes_through_unchanged(prefix):
     _, stderr = _crash(
         """
@@ -240,6 +247,7 @@ def test_a_sigbus_that_is_not_a_mapped_file_passes_through_unchanged(prefix):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.processes
 def test_a_forked_child_names_the_file(prefix):
     stdout, stderr = _crash(
         """
@@ -260,6 +268,7 @@ def test_a_forked_child_names_the_file(prefix):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.processes
 def test_install_in_a_torch_worker_init_fn_names_the_file_in_a_dataloader_worker(prefix):
     """torch's DataLoader workers install torch's own SIGBUS handler (which blames shared
     memory); ``install()`` in ``worker_init_fn`` puts tokenloom's back on top of it."""
@@ -304,6 +313,7 @@ def test_install_in_a_torch_worker_init_fn_names_the_file_in_a_dataloader_worker
 
 # -- the table, in this process ------------------------------------------------------------
 def test_a_closed_dataset_leaves_the_table(prefix):
+    gc.collect()  # mappings of earlier tests' garbage leave the table now, not below
     before = len(REPORTER)
     dataset = IndexedDataset(prefix)
     address = numpy.asarray(dataset[0]).ctypes.data

@@ -43,6 +43,7 @@ def _check_report(report: dict) -> None:
     assert report["finders_after"] == 0
 
 
+@pytest.mark.processes
 def test_without_megatron_core_every_module_resolves_and_uninstall_undoes_it():
     report = run_json(CHECK_MODULES, with_megatron=False)
     _check_report(report)
@@ -104,6 +105,7 @@ def _script(tmp_path, body: str) -> str:
     return str(path)
 
 
+@pytest.mark.processes
 def test_the_launcher_runs_an_unmodified_script_with_its_arguments(tmp_path):
     script = _script(
         tmp_path,
@@ -126,6 +128,7 @@ def test_the_launcher_runs_an_unmodified_script_with_its_arguments(tmp_path):
     assert "argv ['--data-path', 'x y'] 1 True" in done.stdout
 
 
+@pytest.mark.processes
 def test_the_launcher_runs_a_module_and_explains_itself(tmp_path):
     (tmp_path / "trainer_module.py").write_text(
         "import sys\nfrom megatron.core.datasets import helpers\nprint('module', sys.argv[1:])\n"

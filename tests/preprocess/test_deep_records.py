@@ -23,6 +23,7 @@ def _lines(keyed: bool) -> list:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("keyed", [False, True], ids=["record", "value"])
+@pytest.mark.processes
 def test_records_near_the_recursion_limit_follow_the_policy(tmp_path, workers, keyed):
     path = write_jsonl(tmp_path / "deep.jsonl", [{"text": "fine"}, *_lines(keyed)])
     policy = Policy(on_bad_json="skip", on_bad_type="skip")

@@ -56,6 +56,7 @@ def test_ray_engine_gets_its_options() -> None:
         engine_from_args(_parse("--engine", "ray", "--max-retries", "-1"), _local)
 
 
+@pytest.mark.processes
 def test_ray_is_imported_only_when_a_ray_run_starts() -> None:
     import subprocess
     import sys

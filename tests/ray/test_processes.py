@@ -10,6 +10,7 @@ import pytest
 from tokenloom.preprocess.ray_engine.processes import ray_descendants, stop_processes
 
 pytestmark = [
+    pytest.mark.processes,
     pytest.mark.timeout(60),
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc"),
 ]

@@ -48,6 +48,7 @@ def test_crafted_marker_means_run_again(tmp_path, kind):
     assert reusable_marker(workdir, shard, "S", ["text"]) is None
 
 
+@pytest.mark.processes
 def test_marker_symlinked_to_dev_zero_is_not_read(tmp_path):
     shard, workdir = _marked_shard(tmp_path)
     plant(marker_path(workdir, shard), "zero")

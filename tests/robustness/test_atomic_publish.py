@@ -68,6 +68,7 @@ def _leftover_temporaries(folder):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("with_old", [True, False], ids=["over-old-pair", "new-prefix"])
+@pytest.mark.processes
 def test_kill_at_every_step_of_finalize_leaves_old_or_new(tmp_path, with_old):
     prefix = _fresh(tmp_path / "d", with_old)
     total = count_steps(lambda prefix=prefix: write(prefix, NEW), str(tmp_path / "count"))
@@ -91,6 +92,7 @@ def test_kill_at_every_step_of_finalize_leaves_old_or_new(tmp_path, with_old):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.processes
 def test_second_writer_or_reader_at_every_step_of_a_publish(tmp_path, monkeypatch):
     monkeypatch.setenv("TOKENLOOM_LOCK_TIMEOUT_S", "0.3")
     prefix = _fresh(tmp_path / "d", True)
@@ -125,6 +127,7 @@ def test_second_writer_or_reader_at_every_step_of_a_publish(tmp_path, monkeypatc
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.processes
 def test_a_reader_waiting_on_a_frozen_writer_at_every_step_gets_one_whole_set(tmp_path):
     """A reader that waits (rather than times out) on a writer frozen at any step gets
     the old set or the new one once the writer goes on: when it waited on an .idx or a
@@ -188,6 +191,7 @@ def _preprocessed(prefix):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.processes
 def test_kill_at_every_step_of_preprocessing_output(tmp_path):
     from tokenloom.preprocess import preprocess
 

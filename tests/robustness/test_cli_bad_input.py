@@ -80,6 +80,7 @@ def test_empty_input_writes_an_empty_but_valid_pair(workdir):
     ],
 )
 @pytest.mark.timeout(60)
+@pytest.mark.processes
 def test_real_process_exit_codes_without_traceback(workdir, argv, code):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     done = subprocess.run(

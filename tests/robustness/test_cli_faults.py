@@ -39,6 +39,7 @@ def small_tmpfs(tmp_path):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.processes
 def test_full_disk_names_the_file_and_publishes_nothing(tmp_path, small_tmpfs):
     text = {"text": "all work and no play makes jack a dull boy " * 200}
     (tmp_path / "in.jsonl").write_text((json.dumps(text) + "\n") * 400)  # ~3.5 MB of tokens
@@ -60,6 +61,7 @@ def test_full_disk_names_the_file_and_publishes_nothing(tmp_path, small_tmpfs):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.processes
 def test_output_prefix_that_is_a_directory_fails_before_any_work(tmp_path):
     (tmp_path / "in.jsonl").write_text('{"text": "hello"}\n')
     (tmp_path / "out_text_document.bin").mkdir()
@@ -80,6 +82,7 @@ def test_output_prefix_that_is_a_directory_fails_before_any_work(tmp_path):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.processes
 def test_symlink_loop_is_one_line(tmp_path):
     os.symlink(tmp_path / "loop.idx", tmp_path / "loop.idx")
     (tmp_path / "loop.bin").write_bytes(b"")

@@ -19,6 +19,7 @@ import pytest
 
 from tokenloom.format import IndexedDatasetBuilder
 
+pytestmark = pytest.mark.processes
 SEQUENCES, LENGTH = 64, 2000  # 256,000 bytes of uint16: far more than the guarded 64 KiB tail
 
 PRELUDE = """

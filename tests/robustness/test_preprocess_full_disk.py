@@ -55,6 +55,7 @@ def _pages(size: int) -> int:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("fails_at", [".idx", ".json", ".publish-journal"])
+@pytest.mark.processes
 def test_a_disk_that_fills_after_the_bin_names_the_file(tmp_path, tmpfs, fails_at):
     text = {"text": "all work and no play makes jack a dull boy " * 20}
     (tmp_path / "in.jsonl").write_text((json.dumps(text) + "\n") * 200)

@@ -64,6 +64,7 @@ def batches(loader: Any, count: int = 4) -> list:
     return [seen(next(iterator)) for _ in range(count)]
 
 
+@pytest.mark.processes
 def test_meaningful_edges_are_accepted() -> None:
     data = IndexDataset(30)
     reference = batches(build_pretraining_data_loader(data, 0, **BASE))

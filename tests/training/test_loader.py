@@ -89,6 +89,7 @@ def test_cu_seqlens_cut_after_every_eod(blend: Any) -> None:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.processes
 def test_workers_give_the_same_batches(blend: Any, context: str) -> None:
     def run(workers: int) -> list:
         loader = build_pretraining_data_loader(

@@ -75,6 +75,7 @@ def test_exact_resume_in_process(kind: str, stop: int) -> None:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("kind", ["cyclic-unsharded-drift", "elastic"])
+@pytest.mark.processes
 def test_exact_resume_with_live_workers_across_epochs(kind: str) -> None:
     data = IndexDataset(30)
     continuous = take(iter(make(data, kind)), 24)
@@ -151,6 +152,7 @@ def test_stale_iterator_is_refused() -> None:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.processes
 def test_random_seed_dataset_epoch_reaches_workers() -> None:
     """Megatron's workers keep epoch 0's seeds; here every epoch reseeds in the worker."""
     data = RandomSeedDataset(NoisyDataset(8), seed=100)

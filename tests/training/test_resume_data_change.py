@@ -59,6 +59,7 @@ def saved_state(dataset: Any, batches: int, **kwargs: Any) -> tuple[dict, list]:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.processes
 def test_regenerated_pair_is_refused_and_the_override_serves_the_new_tokens(
     tmp_path: Path,
 ) -> None:
@@ -155,6 +156,7 @@ def _elastic(dataset: Any, dp: int, workers: int) -> list:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.processes
 def test_elastic_resume_over_real_files_at_dp_2_4_1_across_epochs(tmp_path: Path) -> None:
     a = write_corpus(tmp_path / "a", 120, 1)
     b = write_corpus(tmp_path / "b", 80, 2)

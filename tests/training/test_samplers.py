@@ -37,6 +37,7 @@ def global_batches(total: int, mbs: int, gbs: int, dp: int, consumed: int, steps
 
 @settings(max_examples=25, deadline=None)
 @given(total=st.integers(16, 200), consumed_batches=st.integers(0, 3))
+@pytest.mark.processes
 def test_elastic_global_batches_do_not_depend_on_dp(total: int, consumed_batches: int) -> None:
     gbs = 16
     consumed = consumed_batches * gbs % (total // gbs * gbs)

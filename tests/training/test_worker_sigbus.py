@@ -22,7 +22,10 @@ from tokenloom.format.sigbus import supported
 
 pytest.importorskip("llvmlite")
 pytest.importorskip("torch")
-pytestmark = pytest.mark.skipif(not supported(), reason="the handler needs Linux on x86_64/aarch64")
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(not supported(), reason="the handler needs Linux on x86_64/aarch64"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 
