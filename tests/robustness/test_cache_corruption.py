@@ -18,7 +18,7 @@ from collections import OrderedDict
 import numpy
 import pytest
 from tests.support.cache_files import array_extent, header, rewrite_header
-from tests.support.dataset_files import small_config, write_corpus
+from tests.support.dataset_files import small_config, write_corpus, write_large_corpus
 
 from tokenloom.cache import CacheKey, IndexCache, file_identity
 from tokenloom.datasets import GPTDataset, Split
@@ -146,6 +146,7 @@ def _build_in_child(prefix, cache_dir, queue):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.processes
 def test_two_processes_building_the_same_cache_agree(tmp_path):
     prefix = write_corpus(tmp_path / "corpus", [37] * 200)
     context = multiprocessing.get_context("fork")
@@ -201,7 +202,7 @@ def test_regenerated_idx_middle_change_with_mtime_set_back_is_detected(tmp_path)
     """A same-size .idx edited only in its middle, with the mtime restored, gets a new
     identity: the digest covers the whole file."""
     count = 200_000  # lengths alone span 800 KB: sequence 100000 is far from both ends
-    prefix = write_corpus(tmp_path / "corpus", [3] * count)
+    prefix = write_large_corpus(tmp_path / "corpus", [3] * count)
     before = file_identity(prefix)
     _rewrite_idx_length(prefix, count // 2, 2, keep_mtime=True)
     assert file_identity(prefix) != before
