@@ -5,9 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
+say() { echo "demo.sh: $*" >&2; }
 if [ ! -x .venv/bin/python ]; then
+    say "creating .venv with $("$PYTHON" --version 2>&1)"
     "$PYTHON" -m venv .venv
 fi
+say "upgrading pip in .venv"
 .venv/bin/python -m pip install --quiet --upgrade pip
+say "installing tokenloom[all] into .venv (a minute or two on a fresh machine)"
 .venv/bin/python -m pip install --quiet -e '.[all]'
+say "running tokenloom demo"
 exec .venv/bin/tokenloom demo "$@"
