@@ -208,7 +208,7 @@ def _run_hooks(kind: str, hooks: list[Optional[Hook]]) -> None:
         try:
             hook()
         except Exception:  # noqa: BLE001 - see the docstring
-            logger.debug("a process-state %s hook failed", kind, exc_info=True)
+            logger.warning("a process-state %s hook failed", kind, exc_info=True)
 
 
 def _before_fork() -> None:
