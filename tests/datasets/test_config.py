@@ -64,6 +64,7 @@ def test_megatron_field_names_and_order():
         "token_dtype_code",
         "context_parallel_size",
         "return_cu_seqlens",
+        "return_document_ranges",
         "object_storage_config",
     ]
     derived = {f.name for f in dataclasses.fields(GPTDatasetConfig) if not f.init}

@@ -24,6 +24,12 @@ import numpy
 
 from tokenloom.attributes import read_attribute
 from tokenloom.datasets._fast_sample import kernel_params
+from tokenloom.datasets._ranges import (
+    NO_ATTRIBUTION,
+    BatchAttribution,
+    range_width,
+    wants_ranges,
+)
 from tokenloom.datasets._sample import SampleMaker
 from tokenloom.datasets._tokens import TokenSource
 from tokenloom.errors import ConfigError, SampleIndexError
@@ -106,6 +112,8 @@ class BatchInputs:
         )
         maker.check_indices(source, document_index, sample_index, shuffle_index, count)
         self.source = source
+        self.sample_index = sample_index
+        self.width: Optional[int] = None
         self.bound: object = arrays
         self.count = count
         self.kernel_args: Optional[tuple[numpy.ndarray, ...]] = None
@@ -125,6 +133,12 @@ class BatchInputs:
             read_only(shuffle_index),
         )
 
+    def range_width(self) -> int:
+        """:func:`tokenloom.datasets._ranges.range_width` of these indices (once)."""
+        if self.width is None:
+            self.width = range_width(self.sample_index)
+        return self.width
+
 
 def reference_rows(
     dataset: Any, positions: numpy.ndarray, dest: numpy.ndarray, out: Mapping[str, numpy.ndarray]
@@ -141,11 +155,18 @@ def reference_rows(
 
 
 def fill_rows(
-    dataset: Any, positions: numpy.ndarray, dest: numpy.ndarray, out: Mapping[str, numpy.ndarray]
+    dataset: Any,
+    positions: numpy.ndarray,
+    dest: numpy.ndarray,
+    out: Mapping[str, numpy.ndarray],
+    attribution: Optional[BatchAttribution] = None,
+    source: int = 0,
 ) -> None:
     """Row ``dest[i]`` of ``out`` <- sample ``positions[i]`` of ``dataset`` (int64, in
     ``[0, len(dataset))``, or ``-1`` for a padding sample), by the kernel when it can
     serve ``dataset`` (one that has ``batch_inputs()``), else by :func:`reference_rows`.
+    With ``attribution``, also the rows' document ranges, and their loss-bearing tokens
+    added to dataset id ``source``'s count.
 
     Raises SampleIndexError for a position past the dataset, FormatError for a document
     outside its ``.bin``."""
@@ -154,7 +175,10 @@ def fill_rows(
     inputs = make_inputs() if module is not None and make_inputs is not None else None
     if module is None or inputs is None or inputs.kernel_args is None:
         reference_rows(dataset, positions, dest, out)
+        if attribution is not None:
+            attribution.fill_reference(dataset, positions, dest, out["loss_mask"], source)
         return
+    extras = NO_ATTRIBUTION if attribution is None else (*attribution.kernel_args, source)
     status = int(
         module.fill_batch(
             *inputs.kernel_args,
@@ -165,6 +189,7 @@ def fill_rows(
             out["labels"],
             out["loss_mask"],
             out["position_ids"],
+            *extras,
         )
     )
     if status < 0:
@@ -207,5 +232,10 @@ def get_batch(
     shape = (len(indices), dataset.config.sequence_length)
     arrays = allocate_batch(*shape) if out is None else check_out(out, shape)
     rows = sample_rows(indices, len(dataset))
-    fill_rows(dataset, rows, numpy.arange(len(rows), dtype=numpy.int64), arrays)
-    return arrays
+    dest = numpy.arange(len(rows), dtype=numpy.int64)
+    if not wants_ranges(dataset.config):
+        fill_rows(dataset, rows, dest, arrays)
+        return arrays
+    attribution = BatchAttribution(len(rows), dataset.document_range_width(), 1)
+    fill_rows(dataset, rows, dest, arrays, attribution)
+    return attribution.into(dict(arrays))

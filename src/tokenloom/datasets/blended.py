@@ -32,6 +32,7 @@ from tokenloom.attributes import read_attribute
 from tokenloom.cache import CacheKey, IndexCache
 from tokenloom.cache.indices import CachedIndices
 from tokenloom.datasets._batch import allocate_batch, check_out, fill_rows
+from tokenloom.datasets._ranges import BatchAttribution, wants_ranges
 from tokenloom.datasets.megatron_dataset import MegatronDescription
 from tokenloom.datasets.split import Split, normalize
 from tokenloom.errors import ConfigError
@@ -324,14 +325,15 @@ class BlendedDataset(MegatronDescription):
         arrays = allocate_batch(*shape) if out is None else check_out(out, shape)
         ids, positions = self._sources(rows)
         groups = sorted(set(ids.tolist()))
+        attribution = None
+        if wants_ranges(self.config):
+            width = max(self.datasets[j].document_range_width() for j in groups)
+            attribution = BatchAttribution(len(ids), width, len(self.datasets))
         if len(groups) == 1:  # one contributing dataset: no row map to build
-            fill_rows(
-                self.datasets[groups[0]],
-                positions,
-                numpy.arange(len(indices), dtype=numpy.int64),
-                arrays,
-            )
+            dest = numpy.arange(len(ids), dtype=numpy.int64)
+            fill_rows(self.datasets[groups[0]], positions, dest, arrays, attribution, groups[0])
         for j in groups if len(groups) > 1 else ():
             dest = numpy.flatnonzero(ids == j)
-            fill_rows(self.datasets[j], positions[dest], dest, arrays)
-        return {**arrays, "dataset_id": ids}
+            fill_rows(self.datasets[j], positions[dest], dest, arrays, attribution, j)
+        result = {**arrays, "dataset_id": ids}
+        return result if attribution is None else attribution.into(result)

@@ -319,6 +319,16 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     sample, from 0 to seq length) and ``max_seqlen`` (int32 scalar) to each sample for
     variable-length attention."""
 
+    return_document_ranges: bool = field(default=False, kw_only=True)
+    """tokenloom extension (keyword only): add ``document_ranges`` to each sample, an
+    int64 ``[k, 3]`` array of rows ``(document id, token start, token end)``: the
+    document parts the sample's tokens were read from, token offsets relative to each
+    document, end exclusive (:mod:`tokenloom.index.ranges`). A batch from ``get_batch``
+    then also carries ``document_ranges`` ``[B, width, 3]`` (padded with -1),
+    ``document_range_counts`` ``[B]`` and ``tokens_per_source`` (loss-bearing tokens per
+    ``dataset_id``), see docs/training.md. Off by default: the sample layout stays
+    megatron-core's."""
+
     object_storage_config: Optional[object] = field(default=None, kw_only=True)
     """tokenloom extension (keyword only): a :class:`tokenloom.storage.ObjectStorageConfig` for s3:// and
     msc:// prefixes (chunk size, read-ahead, cached chunks, endpoint, retries); its
@@ -342,6 +352,7 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
             "add_extra_token_to_sequence",
             "hybrid_context_parallel",
             "return_cu_seqlens",
+            "return_document_ranges",
         ):
             checks.check_bool(name, getattr(self, name))
         checks.check_int("data_parallel_size", self.data_parallel_size, 1)

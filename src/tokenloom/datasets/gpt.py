@@ -37,12 +37,14 @@ from tokenloom.datasets._gpt_low_level import (
     sequence_count,
 )
 from tokenloom.datasets._hooks import INDEX_NAMES, SIZE_HOOKS, IndexArrays, MegatronHooks
+from tokenloom.datasets._ranges import ranges_of_positions, wants_ranges
 from tokenloom.datasets._sample import SampleMaker, TokenSource
 from tokenloom.datasets.config import GPTDatasetConfig
 from tokenloom.datasets.megatron_dataset import MegatronDataset, tokenizer_identity
 from tokenloom.datasets.split import Split, split_document_range
 from tokenloom.errors import CacheError, ConfigError
 from tokenloom.format import IndexedDataset
+from tokenloom.index.validate import sample_position
 
 __all__ = ["GPTDataset", "INDEX_NAMES", "WarmStart"]
 
@@ -119,6 +121,7 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
         self.cache: Optional[IndexCache] = None
         self.cache_key: Optional[CacheKey] = None
         self._sample_hook = self.overrides("_query_document_sample_shuffle_indices")
+        self._ranges = wants_ranges(config)
         self._size_hooks = any(self.overrides(name) for name in SIZE_HOOKS)
         self._pending_cache = (index_cache, warm_start)
         if self.overrides("_build_document_sample_shuffle_indices"):
@@ -318,8 +321,13 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
 
         ``None`` gives a batch-padding sample (sample 0 with an all-zero loss mask).
         """
-        if self._sample_hook:
-            return self.sample_from_hook(idx)
+        sample = self.sample_from_hook(idx) if self._sample_hook else self._sample(idx)
+        if self._ranges:
+            position = -1 if idx is None else sample_position(idx, len(self))
+            sample["document_ranges"] = self.document_ranges([position])[1]
+        return sample
+
+    def _sample(self, idx: Optional[int]) -> dict[str, numpy.ndarray]:
         maker = self._maker
         arrays = self.cached_indices.arrays()
         fetch = None if maker is None or maker.bound is not arrays else maker.fetch
@@ -334,6 +342,16 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
                 arrays,
             )
         return fetch(idx)
+
+    def document_ranges(self, positions: Sequence[int]) -> tuple[numpy.ndarray, numpy.ndarray]:
+        """``(offsets, ranges)``: the ``(document id, token start, token end)`` rows of
+        samples ``positions`` (``-1``: a padding sample, no rows), CSR as
+        :func:`tokenloom.index.ranges.sample_ranges` gives them."""
+        return ranges_of_positions(self, numpy.asarray(positions, dtype=numpy.int64))
+
+    def document_range_width(self) -> int:
+        """Width of this dataset's batch ``document_ranges`` (most parts of a sample)."""
+        return self.batch_inputs().range_width()
 
     def batch_inputs(self) -> BatchInputs:
         """What the batch kernel needs for the current index arrays (checked against the

@@ -19,7 +19,9 @@ from typing import Any
 import numpy
 from numba import njit
 
+from tokenloom.kernels.attribution import loss_tokens, sample_ranges_into
 from tokenloom.kernels.prefetch import prefetch_read
+from tokenloom.kernels.rules import apply_rules, init_masks
 
 
 @njit(cache=True, nogil=True)
@@ -199,48 +201,6 @@ def gather_text(
 
 
 @njit(cache=True, nogil=True)
-def _init_masks(out_loss: numpy.ndarray, out_positions: numpy.ndarray) -> None:
-    """``loss_mask`` all ones, ``position_ids`` ``0 .. seq-1`` (before any rule)."""
-    for p in range(out_loss.shape[0]):
-        out_loss[p] = 1.0
-    for p in range(out_positions.shape[0]):
-        out_positions[p] = p
-
-
-@njit(cache=True, nogil=True)
-def _rules(
-    eod: int,
-    pad: int,
-    check_pad: bool,
-    reset_position_ids: bool,
-    eod_mask_loss: bool,
-    out_tokens: numpy.ndarray,
-    out_labels: numpy.ndarray,
-    out_loss: numpy.ndarray,
-    out_positions: numpy.ndarray,
-) -> None:
-    """Apply the optional rules to one row whose masks were initialised."""
-    seq = out_tokens.shape[0]
-    if eod_mask_loss:
-        for p in range(seq):
-            if out_tokens[p] == eod:
-                out_loss[p] = 0.0
-    if reset_position_ids:
-        base = 0
-        for p in range(seq):
-            out_positions[p] = p - base
-            if out_tokens[p] == eod:
-                base = p + 1
-    if check_pad:
-        for p in range(seq):
-            if out_labels[p] == pad:
-                out_loss[p] = 0.0
-                out_labels[p] = 0
-            if out_tokens[p] == pad:
-                out_tokens[p] = 0
-
-
-@njit(cache=True, nogil=True)
 def _finish(
     eod: int,
     pad: int,
@@ -253,8 +213,8 @@ def _finish(
     out_positions: numpy.ndarray,
 ) -> None:
     """Fill ``loss_mask``/``position_ids`` and apply the optional rules to one row."""
-    _init_masks(out_loss, out_positions)
-    _rules(
+    init_masks(out_loss, out_positions)
+    apply_rules(
         eod,
         pad,
         check_pad,
@@ -294,7 +254,7 @@ def fill_sample(
     )
     if bad < 0:
         return bad
-    _init_masks(out_loss, out_positions)  # needs no token: runs while the lines arrive
+    init_masks(out_loss, out_positions)  # needs no token: runs while the lines arrive
     filled = _copy_parts(
         tokens,
         pointers,
@@ -309,7 +269,7 @@ def fill_sample(
         out_labels,
     )
     check_pad = params[4] != 0 or extra == 0 or filled < out_tokens.shape[0] + extra
-    _rules(
+    apply_rules(
         params[3],
         pad,
         check_pad,
@@ -338,10 +298,18 @@ def fill_batch(
     out_labels: numpy.ndarray,
     out_loss: numpy.ndarray,
     out_positions: numpy.ndarray,
+    out_ranges: numpy.ndarray,
+    out_counts: numpy.ndarray,
+    out_source_tokens: numpy.ndarray,
+    source: int,
 ) -> Any:
     """Fill row ``dest[i]`` of every ``out_*`` with sample ``rows[i]`` (-1: padding
     sample), in one pass: a blend writes each contributing dataset's rows straight into
     the shared output. ``params`` is ``fill_sample``'s int64 array.
+
+    Attribution (when ``out_counts`` is not empty): row ``dest[i]`` of ``out_ranges``
+    (``[B, width, 3]``) and ``out_counts`` get the sample's document ranges, and
+    ``out_source_tokens[source]`` (this dataset's id) adds its loss-bearing tokens.
 
     Returns 0; ``-1 - doc`` as soon as document ``doc`` lies outside the ``.bin``; or
     ``1 + i`` when ``rows[i]`` is below -1 or past the shuffle index, or ``dest[i]`` is
@@ -386,4 +354,15 @@ def fill_batch(
         )
         if padding_sample:
             out_loss[b, :] = 0.0
+        if out_counts.shape[0]:
+            out_counts[b] = sample_ranges_into(
+                document_index,
+                sample_index,
+                lengths,
+                -1 if padding_sample else j,
+                extra,
+                out_ranges[b],
+            )
+            if not padding_sample:
+                out_source_tokens[source] += loss_tokens(out_loss[b], check_pad or eod_mask_loss)
     return numpy.int64(0)

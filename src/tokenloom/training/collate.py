@@ -143,6 +143,29 @@ def _stack_rows(dataset: Any, indices: Sequence[int], out: dict[str, numpy.ndarr
     return samples
 
 
+ATTRIBUTION_FIELDS = ("document_ranges", "document_range_counts", "tokens_per_source")
+"""What ``return_document_ranges`` adds to a batch (docs/training.md, "Source attribution")."""
+
+
+def _attribution(
+    samples: list[Any], loss_mask: numpy.ndarray, sources: int
+) -> dict[str, torch.Tensor]:
+    """The attribution fields of samples that carry their own ``document_ranges``."""
+    rows = [numpy.asarray(s["document_ranges"], dtype=numpy.int64).reshape(-1, 3) for s in samples]
+    counts = numpy.array([r.shape[0] for r in rows], dtype=numpy.int64)
+    padded = numpy.full((len(rows), max(1, int(counts.max())), 3), -1, dtype=numpy.int64)
+    for i, r in enumerate(rows):
+        padded[i, : r.shape[0]] = r
+    ids = numpy.array([int(s.get("dataset_id", 0)) for s in samples], dtype=numpy.int64)
+    per_row = loss_mask.sum(axis=1, dtype=numpy.float64)
+    tokens = numpy.bincount(ids, weights=per_row, minlength=sources)
+    return {
+        "document_ranges": torch.from_numpy(padded),
+        "document_range_counts": torch.from_numpy(counts),
+        "tokens_per_source": torch.from_numpy(numpy.rint(tokens).astype(numpy.int64)),
+    }
+
+
 def _sequence_length(dataset: Any, indices: Sequence[int]) -> int:
     config = read_attribute(dataset, "config", None)
     length = read_attribute(config, "sequence_length", None)
@@ -177,12 +200,18 @@ def collate_batch(
         result = dataset.get_batch(indices, out=views)
         if "dataset_id" in result:
             batch["dataset_id"] = torch.from_numpy(numpy.array(result["dataset_id"]))
+        if "document_ranges" in result:  # arrays of this call's own: no copy needed
+            for name in ATTRIBUTION_FIELDS:
+                batch[name] = torch.from_numpy(result[name])
     else:
         samples = _stack_rows(dataset, indices, views)
         if samples and "dataset_id" in samples[0]:
             batch["dataset_id"] = torch.tensor(
                 [int(s["dataset_id"]) for s in samples], dtype=torch.int16
             )
+        if samples and "document_ranges" in samples[0]:
+            sources = len(read_attribute(dataset, "datasets", None) or [None])
+            batch.update(_attribution(samples, views["loss_mask"], sources))
     if attention_mask == "causal":
         s = tensors["tokens"].shape[1]
         batch["attention_mask"] = _causal(s).expand(len(indices), 1, s, s)

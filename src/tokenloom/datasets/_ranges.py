@@ -1,0 +1,105 @@
+"""Source attribution of GPT samples and batches (``return_document_ranges``).
+
+The ranges come from the dataset's index arrays alone (:mod:`tokenloom.index.ranges`),
+never from the tokens: they describe exactly the document parts a sample is read from
+(for a subclass that overrides ``_query_document_sample_shuffle_indices``, the parts
+its indices name). In ``get_batch`` the batch kernel writes them in the same pass that
+copies the tokens (:class:`BatchAttribution`), so that attribution costs next to
+nothing; the readable path computes the same with :func:`ranges_of_positions`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+
+from tokenloom.attributes import read_attribute
+from tokenloom.index.ranges import padded_ranges, sample_ranges
+
+__all__ = [
+    "NO_ATTRIBUTION",
+    "BatchAttribution",
+    "range_width",
+    "ranges_of_positions",
+    "wants_ranges",
+]
+
+NO_ATTRIBUTION = (
+    numpy.zeros((0, 0, 3), dtype=numpy.int64),
+    numpy.zeros(0, dtype=numpy.int64),
+    numpy.zeros(1, dtype=numpy.int64),
+    0,
+)
+"""The batch kernel's attribution arguments when none is asked (empty: skipped)."""
+
+
+def wants_ranges(config: Any) -> bool:
+    """Whether ``config`` asks for ``document_ranges`` (``return_document_ranges``)."""
+    return bool(read_attribute(config, "return_document_ranges", False))
+
+
+def ranges_of_positions(
+    dataset: Any, positions: numpy.ndarray
+) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """CSR ``(offsets, ranges)`` of GPT dataset samples ``positions`` (int64 in
+    ``[0, len(dataset))``, ``-1`` for a padding sample: no rows)."""
+    arrays = dataset.cached_indices.arrays()
+    rows = arrays["shuffle_index"][numpy.maximum(positions, 0)].astype(numpy.int64)
+    rows[positions < 0] = -1
+    source, _ = dataset.sampler()
+    extra = int(dataset.config.add_extra_token_to_sequence)
+    return sample_ranges(
+        arrays["document_index"], arrays["sample_index"], source.lengths, rows, extra
+    )
+
+
+def range_width(sample_index: numpy.ndarray) -> int:
+    """The most document parts any sample of this sample index spans (at least 1): the
+    width of a GPT dataset's batch ``document_ranges``, the same for all its batches (a
+    blend's batch takes the widest of its contributing datasets). The batch kernel
+    writes at most this many rows per sample, and no sample of these indices has more."""
+    if sample_index.shape[0] < 2:
+        return 1
+    starts = sample_index[:, 0].astype(numpy.int64)
+    return max(1, int((starts[1:] - starts[:-1]).max()) + 1)
+
+
+class BatchAttribution:
+    """The attribution outputs of one ``get_batch`` call, filled dataset by dataset.
+
+    ``ranges`` ``[B, width, 3]`` int64 (rows ``(document id, token start, token end)``,
+    padded with -1), ``counts`` ``[B]`` int64 (rows of each sample; 0 for a padding
+    sample), ``tokens`` ``[sources]`` int64 (loss-bearing tokens of each dataset id).
+    """
+
+    def __init__(self, batch: int, width: int, sources: int) -> None:
+        # every row is written by the kernel or by fill_reference (padding included)
+        self.ranges = numpy.empty((batch, width, 3), dtype=numpy.int64)
+        self.counts = numpy.empty(batch, dtype=numpy.int64)
+        self.tokens = numpy.zeros(sources, dtype=numpy.int64)
+        # fill_batch's attribution arguments (the dataset id follows them)
+        self.kernel_args = (self.ranges, self.counts, self.tokens)
+
+    def fill_reference(
+        self,
+        dataset: Any,
+        positions: numpy.ndarray,
+        dest: numpy.ndarray,
+        loss_mask: numpy.ndarray,
+        source: int,
+    ) -> None:
+        """What the kernel writes, by the readable path (after the rows were filled)."""
+        offsets, rows = ranges_of_positions(dataset, positions)
+        padded, counts = padded_ranges(offsets, rows, self.ranges.shape[1])
+        self.ranges[dest], self.counts[dest] = padded, counts
+        real = dest[positions >= 0]
+        self.tokens[source] += int(numpy.count_nonzero(loss_mask[real]))
+
+    def into(self, result: dict[str, numpy.ndarray]) -> dict[str, numpy.ndarray]:
+        """``result`` with ``document_ranges``, ``document_range_counts`` and
+        ``tokens_per_source`` added."""
+        result["document_ranges"] = self.ranges
+        result["document_range_counts"] = self.counts
+        result["tokens_per_source"] = self.tokens
+        return result
