@@ -8,7 +8,14 @@ from typing import Any, Optional
 
 from rows import fmt_ratio, fmt_time
 
-TARGET_PREFIX = {"blending": "1", "fetch": "2", "warmstart": "3", "index": "4", "preprocess": "5"}
+TARGET_PREFIX = {
+    "blending": "1",
+    "fetch": "2",
+    "warmstart": "3",
+    "index": "4",
+    "preprocess": "5",
+    "scale": "6",
+}
 START, END = "<!-- bench:generated:start -->", "<!-- bench:generated:end -->"
 
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE))
 
 import report  # noqa: E402
 
-TARGETS = ("blending", "fetch", "warmstart", "index", "preprocess")
+TARGETS = ("blending", "fetch", "warmstart", "index", "preprocess", "scale")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -116,6 +116,7 @@ def run_target(name: str, ctx: dict[str, Any]) -> list[dict[str, Any]]:
         "warmstart": "bench_warmstart",
         "index": "bench_index_build",
         "preprocess": "preprocess_bridge",
+        "scale": "bench_coldbuild",  # issue 22: the distributed cold build
     }[name]
     t0 = time.perf_counter()
     try:

@@ -82,17 +82,21 @@ def worker(scenario: str, out_dir: str) -> None:
     result = {}
     if scenario == "shared":
         _count_stores(out / "stores-shared.log", rank)
-        result["weighted"] = _checked("blend_weighted", out / "cache")
-        result["per_split"] = _checked("blend_per_split", out / "cache")
+        rank0_path = dict(build_on_all_ranks=False)  # this scenario checks the rank-0 path
+        result["weighted"] = _checked("blend_weighted", out / "cache", **rank0_path)
+        result["per_split"] = _checked("blend_per_split", out / "cache", **rank0_path)
         _count_stores(out / "stores-fast.log", rank)
         result["fast"] = _checked("blend_per_split", out / "cache", fast_cache_load=True)
         _count_stores(out / "stores-other.log", rank)
         result["not_built"] = _checked(
-            "blend_exhaustive", out / "cache2", built_on_rank=lambda: rank != 1
+            "blend_exhaustive", out / "cache2", built_on_rank=lambda: rank != 1, **rank0_path
         )
+        _count_stores(out / "stores-spread.log", rank)
+        result["spread"] = _checked("blend_weighted", out / "cache3")  # build_on_all_ranks
+        _count_stores(out / "stores-fails.log", rank)
         blocker = out / "not-a-directory"
         blocker.touch()
-        result["rank0_fails"] = _checked("blend_unweighted_sized", blocker / "cache")
+        result["rank0_fails"] = _checked("blend_unweighted_sized", blocker / "cache", **rank0_path)
     else:  # node-local caches: every rank its own directory (LOCAL_RANK=0 everywhere)
         _count_stores(out / "stores-local.log", rank)
         result["weighted"] = _checked("blend_weighted", out / f"local{rank}")
@@ -130,6 +134,14 @@ def test_every_rank_gets_the_golden_samples_and_only_rank0_builds(shared):
     assert len([s for s in stores if s[1] == "GPTDataset"]) == 9 + 5
     assert len([s for s in stores if s[1] == "BlendedDataset"]) == 3 + 2
     assert _stores(out / "stores-fast.log") == []  # fast_cache_load only loads
+
+
+def test_with_build_on_all_ranks_every_rank_builds_a_share_of_the_golden_samples(shared):
+    out, results = shared
+    outcomes = [r["spread"] for r in results]
+    assert all(o["ok"] and o["value"]["mismatches"] == [] for o in outcomes), outcomes
+    gpt = [rank for rank, cls in _stores(out / "stores-spread.log") if cls == "GPTDataset"]
+    assert sorted(gpt) == ["0"] * 3 + ["1"] * 3 + ["2"] * 3  # 3 prefixes x 3 splits, 1 each
 
 
 def test_ranks_not_built_get_none(shared):

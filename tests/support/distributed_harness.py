@@ -36,8 +36,13 @@ def launch(
     local_ranks: Optional[Sequence[int]] = None,
     local_world_sizes: Optional[Sequence[int]] = None,
     timeout: float = 120.0,
-) -> list[dict]:
-    """Run ``scenario`` of ``script`` on ``world_size`` gloo ranks; return each rank's result."""
+    may_die: Sequence[int] = (),
+    env_extra: Optional[dict[str, str]] = None,
+) -> list[Optional[dict]]:
+    """Run ``scenario`` of ``script`` on ``world_size`` gloo ranks; return each rank's result.
+
+    Ranks in ``may_die`` may exit with an error (a test that kills them); their result
+    is None when they wrote none. ``env_extra`` is added to every rank's environment."""
     pytest.importorskip("torch.distributed", reason="torch is needed for gloo process groups")
     out_dir.mkdir(parents=True, exist_ok=True)
     rendezvous = out_dir / "rendezvous"
@@ -51,6 +56,7 @@ def launch(
             PYTHONPATH=os.pathsep.join([SRC, ROOT, env.get("PYTHONPATH", "")]),
             OMP_NUM_THREADS="1",
         )
+        env.update(env_extra or {})
         if local_ranks is not None:
             env["LOCAL_RANK"] = str(local_ranks[rank])
             env["LOCAL_WORLD_SIZE"] = str(local_world_sizes[rank])
@@ -69,11 +75,15 @@ def launch(
                 log,
             )
         )
-    _wait_all(procs, timeout, out_dir)
-    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(world_size)]
+    _wait_all(procs, timeout, out_dir, may_die)
+    results = [out_dir / f"rank{rank}.json" for rank in range(world_size)]
+    return [
+        json.loads(path.read_text()) if rank not in may_die or path.exists() else None
+        for rank, path in enumerate(results)
+    ]
 
 
-def _wait_all(procs, timeout: float, out_dir: Path) -> None:
+def _wait_all(procs, timeout: float, out_dir: Path, may_die: Sequence[int] = ()) -> None:
     deadline = time.monotonic() + timeout
     try:
         for proc, _ in procs:
@@ -88,7 +98,7 @@ def _wait_all(procs, timeout: float, out_dir: Path) -> None:
                 proc.kill()
                 proc.wait()
             log.close()
-    bad = [i for i, (proc, _) in enumerate(procs) if proc.returncode != 0]
+    bad = [i for i, (proc, _) in enumerate(procs) if proc.returncode != 0 and i not in may_die]
     if bad:
         pytest.fail(f"ranks {bad} exited with an error; logs: {_logs(out_dir)}")
 

@@ -15,8 +15,10 @@ For each split the builder returns a dataset or None, following megatron-core
   a plain mid-level dataset; ``multiple_validation_sets``: a list of validation datasets).
 
 The prefixes of a blend are built in ``num_dataset_builder_threads`` threads.  Under
-``torch.distributed`` rank 0 builds first and the other ranks then load from the
-cache, through :func:`tokenloom.distributed.build_on_rank0_then_load` (failures on
+``torch.distributed`` with ``build_on_all_ranks`` and a cache folder every rank sees,
+each rank builds a share of a blend's prefixes and then loads the others'
+(:mod:`tokenloom.builder.cold_build`).  Otherwise rank 0 builds first and the other
+ranks then load from the cache, through :func:`tokenloom.distributed.build_on_rank0_then_load` (failures on
 rank 0 raise on every rank, node-local caches are built once per node; with
 ``fast_cache_load`` every rank loads on its own).  Ranks where ``is_built_on_rank()``
 is False get None.
@@ -33,6 +35,7 @@ import numpy
 
 from tokenloom.attributes import read_attribute
 from tokenloom.builder.agreement import check_ranks_agree, sample_fingerprint
+from tokenloom.builder.cold_build import build_blend_in_shares, spreads
 from tokenloom.builder.manifest import cache_manifest, cache_visible, cyclic_gc_paused
 from tokenloom.builder.remote_indices import prefetch_remote_indices
 from tokenloom.builder.sizes import (
@@ -48,7 +51,7 @@ from tokenloom.datasets.blended import BlendedDataset
 from tokenloom.datasets.gpt import GPTDataset
 from tokenloom.datasets.mock import MockGPTDataset
 from tokenloom.datasets.split import Split, split_document_range
-from tokenloom.distributed import Communicator, build_on_rank0_then_load
+from tokenloom.distributed import Communicator, build_on_rank0_then_load, get_communicator
 from tokenloom.errors import ConfigError
 
 __all__ = ["BlendedMegatronDatasetBuilder", "get_size_per_split_per_dataset"]
@@ -102,6 +105,7 @@ class BlendedMegatronDatasetBuilder:
         self.config = config
         self.comm = comm
         self._start_keywords = accepts_start_keywords(self.cls)
+        self._spreads: Optional[bool] = None  # whether blends are built in shares (cold_build)
         logger.info(
             "Building %s splits with sizes=%s and config=%s", cls.__name__, self.sizes, config
         )
@@ -223,7 +227,10 @@ class BlendedMegatronDatasetBuilder:
         vouches for are not opened: their datasets get a ``LazyIndexedDataset``. When it
         vouches for all of them nothing is left to wait for, so no threads are started.
         Small index caches go into one pack file (:class:`~tokenloom.cache.EntryPacker`).
+        With ``build_on_all_ranks`` on a shared cache the ranks build it in shares.
         """
+        if self._in_shares():
+            return build_blend_in_shares(self, prefixes, split, sizes_per_dataset)
 
         def construct() -> list[list[Optional[Any]]]:
             directory = read_attribute(self.config, "path_to_cache", None)
@@ -353,6 +360,13 @@ class BlendedMegatronDatasetBuilder:
         return keywords
 
     # -- ranks -------------------------------------------------------------------------
+    def _in_shares(self) -> bool:
+        """Whether blends are built in shares by all ranks (decided once: a collective)."""
+        if self._spreads is None:
+            comm = self.comm or get_communicator()
+            self._spreads = spreads(self.config, comm, self._start_keywords)
+        return self._spreads
+
     def _on_ranks(self, construct: Callable[[], Any], what: str) -> Any:
         return build_on_rank0_then_load(
             construct,
