@@ -28,7 +28,10 @@ def gpt(**fields):
 
 
 def test_megatron_field_names_and_order():
-    base = [f.name for f in dataclasses.fields(BlendedMegatronDatasetConfig)]
+    def positional(cls):  # megatron-core's fields, in order; tokenloom's own are keyword-only
+        return [f.name for f in dataclasses.fields(cls) if not f.kw_only]
+
+    base = positional(BlendedMegatronDatasetConfig)
     assert base == [
         "random_seed",
         "sequence_length",
@@ -48,7 +51,10 @@ def test_megatron_field_names_and_order():
         "fast_cache_load",
         "defer_npy_index_mmap",
     ]
-    extra = [f.name for f in dataclasses.fields(GPTDatasetConfig)][len(base) :]
+    assert [f.name for f in dataclasses.fields(BlendedMegatronDatasetConfig) if f.kw_only] == [
+        "build_on_all_ranks"
+    ]
+    extra = positional(GPTDatasetConfig)[len(base) :]
     assert extra == [
         "reset_position_ids",
         "reset_attention_mask",
@@ -63,6 +69,10 @@ def test_megatron_field_names_and_order():
         "sequences_per_dataset",
         "token_dtype_code",
         "context_parallel_size",
+    ]
+    own = [f.name for f in dataclasses.fields(GPTDatasetConfig) if f.kw_only]
+    assert own == [
+        "build_on_all_ranks",
         "return_cu_seqlens",
         "return_document_ranges",
         "object_storage_config",
