@@ -43,6 +43,8 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 RANKS = (1, 2, 4, 8, 16)
 EXCHANGES = 5  # visibility x2 (once), plan, published, loaded
+SCALED = "--prefixes 8 --docs 250000 --median 50 --samples 2000000 --small-prefixes 200"
+FULL = "--prefixes 64 --docs 2000000 --samples 10000000 --small-prefixes 1000"
 
 
 def _corpus(directory: Path, count: int, docs: int, median: float, seed: int) -> list[str]:
@@ -102,6 +104,7 @@ def model(prefixes: list[str], measured: dict, seq: int, args: argparse.Namespac
     rows = []
     for n in args.ranks:
         shares = partition(costs, n)
+        rank0 = sum(build) + (sum(load) if n > 1 else 0.0)  # then the others load it all
         measured_share = [sum(build[j] for j in shares.jobs_of(r)) / args.threads for r in range(n)]
         walls = [
             measured_share[r]
@@ -118,8 +121,8 @@ def model(prefixes: list[str], measured: dict, seq: int, args: argparse.Namespac
                 "ideal_s": round(sum(build) / args.threads / n, 3),
                 "imbalance": round(max(measured_share) / (sum(build) / args.threads / n), 3),
                 "model_wall_s": round(max(walls), 3),
-                "rank0_alone_s": round(sum(build), 3),
-                "speedup_vs_rank0": round(sum(build) / max(walls), 2),
+                "rank0_alone_s": round(rank0, 3),
+                "speedup_vs_rank0": round(rank0 / max(walls), 2),
             }
         )
     return rows
@@ -209,14 +212,22 @@ def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
     argv = ["--data-dir", f"{ctx['data']}/coldbuild", "--work-dir", f"{ctx['work']}/coldbuild"]
     if ctx.get("quick"):
         argv += ["--prefixes", "4", "--docs", "5000", "--samples", "4000", "--small-prefixes", "20"]
+    else:  # BENCHMARKS.md's scaled-down sizes; TOKENLOOM_COLDBUILD_ARGS for others (full)
+        argv += os.environ.get("TOKENLOOM_COLDBUILD_ARGS", SCALED).split()
     results = main(argv + ["--megatron"])
+    limits = results["limits"]
+    machine = (
+        f"{limits['cpus_usable']} cores, fd limit {limits['fd_limit']}, "
+        f"copy {limits['copy_gb_s']} GB/s"
+    )
     rows = []
     for case in results["cases"]:
         for row in case["rows"]:
             rows.append(
                 {
                     "target": "6 scale cold build",
-                    "case": f"{case['case']} x{case['prefixes']}, N={row['ranks']} ranks",
+                    "case": f"{case['case']} x{case['prefixes']}, N={row['ranks']} ranks"
+                    + (f" ({machine})" if row["ranks"] == 1 else ""),
                     "megatron_display": _megatron_text(case.get("megatron_rank0_s")),
                     "tokenloom_display": (
                         f"model {row['model_wall_s']:.3f} s (critical path "
