@@ -234,3 +234,12 @@ def test_config_errors(name):
 def test_config_error_is_a_value_error():
     with pytest.raises(ValueError):
         gpt(sequence_length=-5)
+
+
+def test_build_on_all_ranks_is_on_by_default_and_a_bool():
+    assert (
+        gpt().build_on_all_ranks is True
+        and gpt(build_on_all_ranks=False).build_on_all_ranks is False
+    )
+    with pytest.raises(ConfigError, match="build_on_all_ranks='yes': must be True or False"):
+        gpt(build_on_all_ranks="yes")

@@ -179,12 +179,11 @@ class BlendedMegatronDatasetConfig:
     """mmap cached indices at first access; ``len()`` is computed arithmetically."""
 
     build_on_all_ranks: bool = field(default=True, kw_only=True)
-    """Spread a cold start's index builds over all ranks (tokenloom extension): each rank
-    builds a share of every blend's prefixes (balanced by estimated cost, largest first,
-    in ``num_dataset_builder_threads`` threads) into ``path_to_cache`` and then loads the
-    others'. Used only when every rank sees rank 0's ``path_to_cache`` (checked with a
-    token file); otherwise, and with False, rank 0 builds and the others load
-    (node-local caches: once per node). Must be the same on every rank."""
+    """tokenloom extension: each rank builds a share of every blend's prefixes (balanced
+    by estimated cost, largest first, in ``num_dataset_builder_threads`` threads) into
+    ``path_to_cache``, then loads the others'; only when every rank sees rank 0's
+    ``path_to_cache`` (a token file checks it). Otherwise, and with False, rank 0 builds
+    and the others load (node-local caches: once per node). The same on every rank."""
 
     def __post_init__(self) -> None:
         """Validate every field and derive ``mock`` and ``split_matrix``."""
@@ -210,13 +209,9 @@ class BlendedMegatronDatasetConfig:
             MAX_MID_LEVEL_DATASET_SURPLUS,
             default="0.005",
         )
-        for name in (
-            "mmap_bin_files",
-            "fast_cache_load",
-            "defer_npy_index_mmap",
-            "build_on_all_ranks",
-        ):
+        for name in ("mmap_bin_files", "fast_cache_load", "defer_npy_index_mmap"):
             checks.check_bool(name, getattr(self, name))
+        checks.check_bool("build_on_all_ranks", self.build_on_all_ranks)
         for name in ("multiple_validation_sets", "full_validation", "allow_ambiguous_pad_tokens"):
             checks.check_bool(name, getattr(self, name), allow_none=True)
 
