@@ -27,6 +27,7 @@ _SUBCOMMAND_MODULES = (
     "build_sequences_per_dataset",
     "prepare_cache",
     "plan",
+    "trace",
     "warmup",
 )
 

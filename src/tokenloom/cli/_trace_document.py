@@ -1,0 +1,89 @@
+"""``tokenloom trace --document PREFIX:ID``: every step that trains on a document.
+
+The global samples holding the document come from the inverted scan of
+:func:`tokenloom.cli._trace_ranges.document_hits`; the steps from the run's order
+(:func:`tokenloom.cli._trace_order.run_order`, the loaders' own samplers), joined by a
+sorted search. No loop over steps touches the dataset.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy
+
+from tokenloom.errors import ConfigError
+
+
+def parse_document(text: str) -> tuple[str, int]:
+    """``PREFIX:ID`` split at its last colon; ConfigError when ``ID`` is not an integer."""
+    prefix, colon, number = text.rpartition(":")
+    if not colon or not prefix or not number.isdigit():
+        raise ConfigError(
+            f"--document {text!r}: give PREFIX:ID, the source prefix as the config "
+            "names it and the document (sequence) id, e.g. data/web_text_document:17"
+        )
+    return prefix, int(number)
+
+
+def document_steps(
+    dataset: Any, order: numpy.ndarray, source: str, document: int, first_step: int = 0
+) -> dict[str, Any]:
+    """The steps (of ``order``, ``[steps, gbs]``) where ``document`` of ``source`` is
+    trained on: ``first_step``, ``count`` (document pieces served), ``steps``,
+    ``epochs`` (the source's repetitions) and one ``hits`` row per piece."""
+    from tokenloom.cli._trace_ranges import document_hits, match
+
+    hits = document_hits(dataset, source, document)
+    flat = order.reshape(-1)
+    by_sample = numpy.argsort(hits.samples, kind="stable")
+    served, piece = match(hits.samples[by_sample], flat)
+    piece = by_sample[piece]
+    gbs = max(int(order.shape[1]) if order.ndim == 2 else 1, 1)
+    steps = served // gbs + first_step
+    rows = [
+        {
+            "step": int(steps[k]),
+            "position": int(served[k] % gbs),
+            "sample": int(hits.samples[piece[k]]),
+            "epoch": int(hits.epochs[piece[k]]),
+            "token_start": int(hits.ranges[piece[k], 1]),
+            "token_end": int(hits.ranges[piece[k], 2]),
+        }
+        for k in range(served.shape[0])
+    ]
+    unique_steps = sorted({row["step"] for row in rows})
+    first: Optional[int] = unique_steps[0] if unique_steps else None
+    return {
+        "source": source,
+        "document": document,
+        "first_step": first,
+        "count": len(rows),
+        "steps": unique_steps,
+        "epochs": sorted({row["epoch"] for row in rows}),
+        "hits": rows,
+    }
+
+
+def print_document(report: dict[str, Any], steps_in_run: int, limit: int = 20) -> None:
+    """The human-readable ``--document`` report (the first ``limit`` pieces listed)."""
+    name = f"document {report['document']} of {report['source']}"
+    if report["first_step"] is None:
+        print(f"{name}: not trained on in the run's {steps_in_run} steps")
+        return
+    epochs = ", ".join(str(e) for e in report["epochs"])
+    print(
+        f"{name}: trained on {report['count']} time(s) in {len(report['steps'])} of "
+        f"{steps_in_run} steps; first step {report['first_step']}; source epoch(s) {epochs}"
+    )
+    for row in report["hits"][:limit]:
+        print(
+            f"  step {row['step']} position {row['position']} (global sample "
+            f"{row['sample']}): tokens [{row['token_start']}, {row['token_end']}) "
+            f"epoch {row['epoch']}"
+        )
+    if report["count"] > limit:
+        print(f"  ... {report['count'] - limit} more (--json lists all)")
+
+
+__all__ = ["document_steps", "parse_document", "print_document"]

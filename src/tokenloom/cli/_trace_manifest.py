@@ -1,0 +1,156 @@
+"""The data-order manifest of ``tokenloom trace --manifest`` and its ``--diff``.
+
+A manifest is one JSON object (docs/trace.md):
+
+* ``format``: ``"tokenloom-trace-manifest/1"``;
+* ``layout``: the loader arguments that decide the order;
+* ``sources``: the prefixes, in ``dataset_id`` order;
+* ``first_step``, ``steps``: the steps it covers;
+* ``batches``: one 16-hex-digit BLAKE2b-64 digest per step, of its samples'
+  ``dataset_id`` (int64), their range counts (int64) and their ``(document id, token
+  start, token end)`` rows (int64), in the global batch's order;
+* ``mix``: per step, the samples drawn from each source (``dataset_id`` order);
+* ``checksum``: SHA-256 of the JSON of all the other fields (sorted keys, no spaces).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Optional
+
+import numpy
+
+from tokenloom.errors import ConfigError
+
+FORMAT = "tokenloom-trace-manifest/1"
+_CHUNK = 4096
+
+
+def _flat_ranges(dataset: Any, samples: numpy.ndarray) -> tuple[Any, Any, Any]:
+    """``(dataset ids, offsets, rows)`` of ``samples`` as one CSR in their order."""
+    from tokenloom.cli._trace_ranges import locate, parts, sample_csr
+
+    ids, inner = locate(dataset, samples)
+    sources = parts(dataset)
+    counts = numpy.zeros(ids.shape[0], dtype=numpy.int64)
+    pieces: dict[int, tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]] = {}
+    for dataset_id in numpy.unique(ids):
+        where = numpy.flatnonzero(ids == dataset_id)
+        offsets, rows = sample_csr(sources[int(dataset_id)], inner[where])
+        counts[where] = numpy.diff(offsets)
+        pieces[int(dataset_id)] = (where, offsets, rows)
+    offsets = numpy.zeros(ids.shape[0] + 1, dtype=numpy.int64)
+    numpy.cumsum(counts, out=offsets[1:])
+    rows = numpy.empty((int(offsets[-1]), 3), dtype=numpy.int64)
+    for where, own, own_rows in pieces.values():
+        owner = numpy.repeat(where, numpy.diff(own))
+        rank = numpy.arange(own_rows.shape[0]) - numpy.repeat(own[:-1], numpy.diff(own))
+        rows[offsets[owner] + rank] = own_rows
+    return ids, offsets, rows
+
+
+def step_digests(dataset: Any, order: numpy.ndarray) -> tuple[list[str], list[list[int]]]:
+    """The digest and the per-source sample counts of each row (step) of ``order``."""
+    from tokenloom.cli._trace_ranges import parts
+
+    sources = len(parts(dataset))
+    gbs = int(order.shape[1]) if order.ndim == 2 else 0
+    digests: list[str] = []
+    mix: list[list[int]] = []
+    for begin in range(0, order.shape[0], _CHUNK):
+        chunk = order[begin : begin + _CHUNK]
+        ids, offsets, rows = _flat_ranges(dataset, chunk.reshape(-1))
+        counts = numpy.diff(offsets)
+        for k in range(chunk.shape[0]):
+            a, b = k * gbs, (k + 1) * gbs
+            digest = hashlib.blake2b(digest_size=8)
+            digest.update(ids[a:b].tobytes())
+            digest.update(counts[a:b].tobytes())
+            digest.update(rows[offsets[a] : offsets[b]].tobytes())
+            digests.append(digest.hexdigest())
+            mix.append(numpy.bincount(ids[a:b], minlength=sources).tolist())
+    return digests, mix
+
+
+def _checksum(body: dict[str, Any]) -> str:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def make_manifest(
+    dataset: Any, order: numpy.ndarray, layout: dict[str, Any], first_step: int
+) -> dict[str, Any]:
+    """The manifest of the steps in ``order`` (``[steps, global_batch_size]``)."""
+    from tokenloom.cli._trace_ranges import parts
+
+    digests, mix = step_digests(dataset, order)
+    body = {
+        "format": FORMAT,
+        "layout": layout,
+        "sources": [str(part.dataset_path) for part in parts(dataset)],
+        "first_step": int(first_step),
+        "steps": int(order.shape[0]),
+        "batches": digests,
+        "mix": mix,
+    }
+    return {**body, "checksum": _checksum(body)}
+
+
+def read_manifest(path: str) -> dict[str, Any]:
+    """A manifest file, checked (format, fields, checksum); ConfigError naming the file."""
+    from tokenloom.untrusted_json import loads_json, read_bounded
+
+    try:
+        data = loads_json(read_bounded(path, what="manifest"), source=path, what="manifest")
+    except OSError as error:
+        raise ConfigError(f"manifest {path}: cannot read it ({error})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ConfigError(f"manifest {path}: not a {FORMAT} file (write one with --manifest)")
+    body = {key: value for key, value in data.items() if key != "checksum"}
+    if data.get("checksum") != _checksum(body):
+        raise ConfigError(
+            f"manifest {path}: checksum mismatch, the file was changed or truncated; "
+            "write it again with tokenloom trace --manifest"
+        )
+    return data
+
+
+def _header_changes(one: dict[str, Any], two: dict[str, Any]) -> list[str]:
+    changes = []
+    for key in sorted(set(one["layout"]) | set(two["layout"])):
+        a, b = one["layout"].get(key), two["layout"].get(key)
+        if a != b:
+            changes.append(f"layout {key}: {a!r} vs {b!r}")
+    if one["sources"] != two["sources"]:
+        changes.append(f"sources: {one['sources']} vs {two['sources']}")
+    return changes
+
+
+def diff_manifests(one: dict[str, Any], two: dict[str, Any]) -> tuple[Optional[int], list[str]]:
+    """``(first differing step or None, lines saying what differs)`` over the steps both
+    cover; steps covered by one only are reported too."""
+    lines = _header_changes(one, two)
+    start = max(one["first_step"], two["first_step"])
+    stop = min(one["first_step"] + one["steps"], two["first_step"] + two["steps"])
+    for step in range(start, stop):
+        i, j = step - one["first_step"], step - two["first_step"]
+        if one["batches"][i] == two["batches"][j]:
+            continue
+        if one["mix"][i] != two["mix"][j]:
+            lines.append(f"step {step}: samples per source {one['mix'][i]} vs {two['mix'][j]}")
+        else:
+            lines.append(
+                f"step {step}: same samples per source {one['mix'][i]}, other documents, "
+                "token ranges or order"
+            )
+        return step, lines
+    if (one["first_step"], one["steps"]) != (two["first_step"], two["steps"]):
+        lines.append(
+            f"steps covered: {one['first_step']}..{one['first_step'] + one['steps'] - 1} vs "
+            f"{two['first_step']}..{two['first_step'] + two['steps'] - 1} (equal where both are)"
+        )
+    return None, lines
+
+
+__all__ = ["FORMAT", "diff_manifests", "make_manifest", "read_manifest", "step_digests"]

@@ -1,0 +1,218 @@
+"""Which global samples each global batch of a run holds, from the loader's own samplers.
+
+Nothing here re-derives the order: every rank's sampler is the ``batch_sampler`` of a
+real :func:`~tokenloom.training.build_pretraining_data_loader` loader (no workers, no
+batch read) built at the consumed count the run's loader would build it at, and its
+micro-batches are taken as the loader takes them (a new pass where the loader starts
+one). A global batch is ``global_batch_size // (micro_batch_size * data_parallel_size)``
+micro-steps, each holding rank 0's micro-batch, then rank 1's, ...; its samples are
+listed in that order (for the elastic loader it is the order of its global stream, so
+it does not depend on the data-parallel size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Optional
+
+import numpy
+
+from tokenloom.errors import ConfigError
+
+LOADER_KEYS = ("dataloader_type", "data_sharding", "loader_seed", "drop_last")
+"""Config keys the trace reads beside ``prepare-cache``'s (the loader's arguments)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The loader arguments that decide the data order (as ``state_dict()`` records them)."""
+
+    dataloader_type: str
+    micro_batch_size: int
+    global_batch_size: int
+    data_parallel_size: int
+    data_sharding: bool = True
+    seed: int = 0
+    drop_last: bool = True
+
+    @property
+    def micro_steps(self) -> int:
+        """Micro-batches per rank in one global batch."""
+        return self.global_batch_size // (self.micro_batch_size * self.data_parallel_size)
+
+    def describe(self) -> dict[str, Any]:
+        """The fields that decide which samples a global batch holds (a manifest's
+        header; the data-parallel size is left out for the elastic loader, whose
+        global batches do not depend on it)."""
+        fields = {
+            "dataloader_type": self.dataloader_type,
+            "global_batch_size": self.global_batch_size,
+            "seed": self.seed,
+        }
+        if self.dataloader_type != "elastic":
+            fields.update(
+                micro_batch_size=self.micro_batch_size,
+                data_parallel_size=self.data_parallel_size,
+                data_sharding=self.data_sharding,
+            )
+        return fields
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a resumed loader starts: a saved ``state_dict()``'s counters."""
+
+    consumed_samples: int
+    pass_start_consumed: int
+    pass_batches: int
+
+
+def check_layout(layout: Layout) -> Layout:
+    """``layout`` itself, or ConfigError when its global batch is not whole micro-steps."""
+    step = layout.micro_batch_size * layout.data_parallel_size
+    if layout.micro_batch_size < 1 or layout.global_batch_size % step:
+        raise ConfigError(
+            f"global_batch_size={layout.global_batch_size} is not a multiple of "
+            f"micro_batch_size={layout.micro_batch_size} x data_parallel_size="
+            f"{layout.data_parallel_size}; fix micro_batch_size or the world size"
+        )
+    return layout
+
+
+def layout_from_state(state: dict[str, Any], base: Layout) -> tuple[Layout, Resume]:
+    """The layout and resume point of a saved loader state (its sampler arguments win
+    over the config's; an elastic run may be resumed with another data-parallel size,
+    so ``base``'s is kept for it)."""
+    try:
+        layout = replace(
+            base,
+            dataloader_type=str(state["dataloader_type"]),
+            micro_batch_size=int(state["micro_batch_size"]),
+            global_batch_size=int(state["global_batch_size"] or base.global_batch_size),
+            data_sharding=bool(state["data_sharding"]),
+            seed=int(state["seed"]),
+            drop_last=bool(state["drop_last"]),
+        )
+        if layout.dataloader_type != "elastic":
+            layout = replace(layout, data_parallel_size=int(state["data_parallel_size"]))
+        resume = Resume(
+            int(state["consumed_samples"]),
+            int(state["pass_start_consumed"]),
+            int(state["pass_batches"]),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise ConfigError(
+            f"--state: not a tokenloom loader state_dict() ({type(error).__name__}: {error}); "
+            "save PretrainingDataLoader.state_dict() with torch.save or json.dump"
+        ) from None
+    return check_layout(layout), resume
+
+
+def _sampler(dataset: Any, layout: Layout, consumed: int, rank: int) -> Any:
+    from tokenloom.training import build_pretraining_data_loader
+
+    loader = build_pretraining_data_loader(
+        dataset,
+        consumed,
+        dataloader_type=layout.dataloader_type,
+        micro_batch_size=layout.micro_batch_size,
+        global_batch_size=layout.global_batch_size,
+        data_parallel_rank=rank,
+        data_parallel_size=layout.data_parallel_size,
+        data_sharding=layout.data_sharding,
+        drop_last=layout.drop_last,
+        seed=layout.seed,
+        num_workers=0,
+        pin_memory=False,
+    )
+    return loader.batch_sampler
+
+
+def _rank_stream(
+    dataset: Any, layout: Layout, rank: int, start: int, skip: int
+) -> Iterator[list[int]]:
+    """Rank ``rank``'s micro-batches from a loader whose pass starts at ``start``, after
+    ``skip`` of them; the cyclic and elastic loaders start a new pass at each end."""
+    step = layout.micro_batch_size * layout.data_parallel_size
+    single = layout.dataloader_type == "single"
+    while True:
+        if single and start >= len(dataset):
+            return
+        got = 0
+        for indices in _sampler(dataset, layout, start, rank):
+            got += 1
+            if skip:
+                skip -= 1
+                continue
+            yield [int(i) for i in indices]
+        if single or got == 0:
+            return
+        start += got * step
+
+
+def _start(layout: Layout, first_step: int, resume: Optional[Resume]) -> tuple[int, int]:
+    """``(pass start, micro-batches to skip)`` of the sampler that serves ``first_step``."""
+    gbs = layout.global_batch_size
+    if resume is None:
+        return first_step * gbs, 0
+    resumed_step, rest = divmod(resume.consumed_samples, gbs)
+    if rest or first_step < resumed_step:
+        raise ConfigError(
+            f"--state resumes at consumed_samples={resume.consumed_samples} (step "
+            f"{resume.consumed_samples / gbs:g} of global_batch_size={gbs}); trace a step "
+            f">= {resumed_step} from it, saved at a global batch boundary"
+        )
+    ahead = (first_step - resumed_step) * layout.micro_steps
+    if layout.dataloader_type == "cyclic":
+        return resume.pass_start_consumed, resume.pass_batches + ahead
+    return resume.consumed_samples + (first_step - resumed_step) * gbs, 0
+
+
+def global_batches(
+    dataset: Any, layout: Layout, first_step: int = 0, resume: Optional[Resume] = None
+) -> Iterator[numpy.ndarray]:
+    """The global sample indices (int64 ``[global_batch_size]``) of steps ``first_step``,
+    ``first_step + 1``, ... as the run's loaders serve them; ends with the data
+    (``single``) or never (``cyclic``, ``elastic``). A last partial batch is left out."""
+    check_layout(layout)
+    start, skip = _start(layout, first_step, resume)
+    streams = [
+        _rank_stream(dataset, layout, rank, start, skip)
+        for rank in range(layout.data_parallel_size)
+    ]
+    while True:
+        batch: list[int] = []
+        for _ in range(layout.micro_steps):
+            for stream in streams:
+                indices = next(stream, None)
+                if indices is None or len(indices) < layout.micro_batch_size:
+                    return
+                batch.extend(indices)
+        yield numpy.asarray(batch, dtype=numpy.int64)
+
+
+def run_order(
+    dataset: Any, layout: Layout, steps: int, first_step: int = 0, resume: Optional[Resume] = None
+) -> numpy.ndarray:
+    """``[k, global_batch_size]`` global sample indices of steps ``first_step`` to
+    ``first_step + steps`` (``k`` fewer than ``steps`` when a single-pass loader ends)."""
+    rows: list[numpy.ndarray] = []
+    for batch in global_batches(dataset, layout, first_step, resume):
+        if len(rows) == steps:
+            break
+        rows.append(batch)
+    if not rows:
+        return numpy.zeros((0, layout.global_batch_size), dtype=numpy.int64)
+    return numpy.stack(rows)
+
+
+__all__ = [
+    "LOADER_KEYS",
+    "Layout",
+    "Resume",
+    "check_layout",
+    "global_batches",
+    "layout_from_state",
+    "run_order",
+]

@@ -1,0 +1,249 @@
+"""``tokenloom trace``: what a training run's loader serves, step by step (docs/trace.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Optional
+
+from tokenloom.errors import ConfigError
+
+_DESCRIPTION = """\
+Trace a training run's data order offline, from its config (the file `tokenloom
+preview --config` and `prepare-cache --config` read, Megatron's keys included) and,
+for a resumed run, the loader state it resumed from. The order is the loader's own:
+each data-parallel rank's sampler is built by build_pretraining_data_loader at the
+consumed count the run is at, so the trace equals what the run's loaders serve.
+
+A global batch (one step, 0-based) is global_batch_size samples: the micro-steps in
+turn, each rank 0's micro-batch, then rank 1's, ... Each sample is named by its source
+prefix, its dataset_id in the blend and its document ranges: rows (document id, token
+start, token end), the offsets relative to the document, the end exclusive.
+
+Loader settings (config keys beside prepare-cache's, or flags): dataloader_type
+(single, cyclic or elastic; default single), data_sharding (cyclic; default true),
+loader_seed (elastic; default 0), micro_batch_size (default: global_batch_size /
+data-parallel size). The data-parallel size is world_size / (TP x PP x CP).
+
+Modes:
+  --step N             the samples of global batch N (--json: as data; --decode: text)
+  --document PREFIX:ID every step that trains on a document: first step, count, epochs
+  --manifest OUT       a checksummed digest per step of the data order (--steps A:B)
+  --diff M1 M2         the first step at which two manifests differ, and what differs
+                       (exit status 1 when they differ)
+
+--state FILE traces a run resumed from a saved PretrainingDataLoader.state_dict(),
+written with torch.save or as JSON (json.dump); its sampler arguments win over the
+config's (an elastic run keeps the config's data-parallel size).
+"""
+
+_EPILOG = """\
+examples:
+  tokenloom trace --config train.json --step 0
+  tokenloom trace --config train.json --step 120 --json --decode
+  tokenloom trace --config train.json --document data/web_text_document:17
+  tokenloom trace --config train.json --manifest run.manifest --steps 0:1000
+  tokenloom trace --config train.json --state loader_state.pt --manifest resumed.manifest
+  tokenloom trace --diff run.manifest resumed.manifest
+"""
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``trace`` subcommand."""
+    parser = subparsers.add_parser(
+        "trace",
+        help="which documents each step of a run trains on; manifests of the data order",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", metavar="FILE", help="the training config (JSON or YAML)")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--step", type=int, metavar="N", help="trace global batch N (0-based)")
+    mode.add_argument("--document", metavar="PREFIX:ID", help="the steps that train on it")
+    mode.add_argument("--manifest", metavar="OUT", help="write the data-order manifest")
+    mode.add_argument("--diff", nargs=2, metavar=("M1", "M2"), help="compare two manifests")
+    parser.add_argument("--steps", metavar="A:B", help="--manifest: steps A to B-1 (default all)")
+    parser.add_argument("--state", metavar="FILE", help="the loader state the run resumed from")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--decode", action="store_true", help="--step: decode each range")
+    parser.add_argument("--tokenizer", metavar="SPEC", help="decode with it (default: sidecar)")
+    parser.add_argument(
+        "--dataloader-type", choices=("single", "cyclic", "elastic"), help="override the config"
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _load_state(path: str) -> dict[str, Any]:
+    """A loader state saved as JSON or with torch.save (read with weights_only=True)."""
+    from tokenloom.untrusted_json import loads_json, read_bounded
+
+    try:
+        raw = read_bounded(path, what="--state file")
+        if raw.lstrip()[:1] == b"{":
+            state = loads_json(raw, source=path, what="--state file")
+        else:
+            import io
+
+            import torch
+
+            state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    except OSError as error:
+        raise ConfigError(f"--state {path}: cannot read it ({error})") from None
+    except Exception as error:  # torch's unpickler raises many kinds
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"--state {path}: not a saved loader state ({error})") from None
+    if not isinstance(state, dict):
+        raise ConfigError(
+            f"--state {path}: expected the dict of PretrainingDataLoader.state_dict()"
+        )
+    return state
+
+
+def _flag(value: Any, name: str, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name}={value!r}: must be true or false")
+    return value
+
+
+def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """``(train dataset, layout, resume point or None, settings)`` of the config."""
+    from tokenloom.builder import BlendedMegatronDatasetBuilder
+    from tokenloom.cli._trace_order import LOADER_KEYS, Layout, check_layout, layout_from_state
+    from tokenloom.cli.prepare_cache import (
+        canonical_settings,
+        compute_plan,
+        make_config,
+        read_config_mapping,
+    )
+    from tokenloom.datasets import GPTDataset
+
+    if not args.config:
+        raise ConfigError("give --config FILE: the training config of the run to trace")
+    raw = {str(k).replace("-", "_"): v for k, v in read_config_mapping(args.config).items()}
+    loader = {key: raw.pop(key) for key in LOADER_KEYS if key in raw}
+    settings = canonical_settings(raw, source=f"--config {args.config}")
+    plan = compute_plan(settings)
+    dp = plan.data_parallel_size
+    mbs = settings.get("micro_batch_size") or max(plan.global_batch_size // dp, 1)
+    seed = loader.get("loader_seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"loader_seed={seed!r}: must be an integer >= 0")
+    layout = Layout(
+        dataloader_type=args.dataloader_type or str(loader.get("dataloader_type", "single")),
+        micro_batch_size=int(mbs),
+        global_batch_size=plan.global_batch_size,
+        data_parallel_size=dp,
+        data_sharding=_flag(loader.get("data_sharding"), "data_sharding", True),
+        seed=seed,
+        drop_last=_flag(loader.get("drop_last"), "drop_last", True),
+    )
+    if layout.dataloader_type not in ("single", "cyclic", "elastic"):
+        raise ConfigError(
+            f"dataloader_type={layout.dataloader_type!r}: trace follows single, cyclic or elastic"
+        )
+    resume = None
+    if args.state:
+        layout, resume = layout_from_state(_load_state(args.state), layout)
+    check_layout(layout)
+    built = BlendedMegatronDatasetBuilder(
+        GPTDataset, plan.sizes, lambda: True, make_config(settings)
+    ).build()
+    if built[0] is None or len(built[0]) == 0:
+        raise ConfigError(f"--config {args.config}: the train split is empty; nothing to trace")
+    return built[0], layout, resume, settings
+
+
+def run_steps(dataset: Any, layout: Any) -> int:
+    """The steps of the run: the train split's samples // global_batch_size."""
+    return len(dataset) // layout.global_batch_size
+
+
+def _step_range(text: Optional[str], total: int, first: int) -> tuple[int, int]:
+    if not text:
+        return first, total
+    a, colon, b = text.partition(":")
+    try:
+        start, stop = int(a or first), int(b or total)
+    except ValueError:
+        start, stop = -1, -1
+    if not colon or not first <= start < stop:
+        raise ConfigError(
+            f"--steps {text!r}: give A:B with {first} <= A < B (B exclusive; default "
+            f"{first}:{total}, the run's steps)"
+        )
+    return start, stop
+
+
+def _steps_from(resume: Any, layout: Any) -> int:
+    return 0 if resume is None else resume.consumed_samples // layout.global_batch_size
+
+
+def _cmd_manifest(args: argparse.Namespace) -> int:
+    from tokenloom.cli._trace_manifest import make_manifest
+    from tokenloom.cli._trace_order import run_order
+
+    dataset, layout, resume, _ = load_run(args)
+    start, stop = _step_range(args.steps, run_steps(dataset, layout), _steps_from(resume, layout))
+    order = run_order(dataset, layout, stop - start, start, resume)
+    manifest = make_manifest(dataset, order, layout.describe(), start)
+    with open(args.manifest, "w", encoding="utf-8") as out:
+        json.dump(manifest, out, sort_keys=True, separators=(",", ":"))
+    print(
+        f"wrote {args.manifest}: steps {start}..{start + order.shape[0] - 1}, "
+        f"checksum {manifest['checksum'][:16]}"
+    )
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from tokenloom.cli._trace_manifest import diff_manifests, read_manifest
+
+    one, two = (read_manifest(path) for path in args.diff)
+    step, lines = diff_manifests(one, two)
+    if args.json:
+        print(json.dumps({"first_differing_step": step, "differences": lines}, indent=1))
+    elif step is None:
+        print(f"no step differs ({one['steps']} and {two['steps']} steps compared)")
+    else:
+        print(f"first differing step: {step}")
+    if not args.json:
+        for line in lines:
+            print(f"  {line}")
+    return 0 if step is None else 1
+
+
+def _cmd_document(args: argparse.Namespace) -> int:
+    from tokenloom.cli._trace_document import document_steps, parse_document, print_document
+    from tokenloom.cli._trace_order import run_order
+
+    source, document = parse_document(args.document)
+    dataset, layout, resume, _ = load_run(args)
+    first = _steps_from(resume, layout)
+    total = run_steps(dataset, layout)
+    order = run_order(dataset, layout, max(total - first, 0), first, resume)
+    report = document_steps(dataset, order, source, document, first)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print_document(report, order.shape[0])
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of the subcommand."""
+    if args.diff:
+        return _cmd_diff(args)
+    if args.manifest:
+        return _cmd_manifest(args)
+    if args.document:
+        return _cmd_document(args)
+    from tokenloom.cli._trace_step import trace_step
+
+    if args.step < 0:
+        raise ConfigError(f"--step {args.step}: steps are 0-based, give N >= 0")
+    return trace_step(args, *load_run(args))
