@@ -1,0 +1,113 @@
+"""How long ``tokenloom trace --document`` takes on a large run (issue 21 §2: seconds).
+
+    .venv/bin/python benchmarks/bench_trace.py [--samples 10000000] [--seq 8] \
+        [--gbs 256] [--mbs 4] [--world 8] [--loader cyclic] [--documents 5]
+
+Writes two real corpora (uint16, documents of 2..64 tokens) big enough for
+``--samples`` train samples of ``--seq`` tokens, a config with Megatron's keys, builds
+the indices once (cold, timed apart), then times what ``trace --document`` does for
+``--documents`` documents: the run's order from the loaders' samplers (once per run),
+and per document the inverted scan (document_index -> sample_index -> inverse shuffle
+-> inverse blend -> steps). Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+import numpy
+
+
+def _corpus(prefix: str, seed: int, tokens: int) -> str:
+    from tokenloom.format import IndexedDatasetBuilder
+
+    rng = numpy.random.default_rng(seed)
+    lengths = rng.integers(2, 64, max(1, tokens // 33))
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=numpy.uint16)
+    builder.add_flat_documents(rng.integers(3, 500, int(lengths.sum())), lengths.tolist())
+    builder.finalize(prefix + ".idx")
+    return prefix
+
+
+def _config(folder: str, args: argparse.Namespace) -> str:
+    tokens = args.samples * (args.seq + 1)
+    big = _corpus(os.path.join(folder, "big"), 1, tokens)
+    small = _corpus(os.path.join(folder, "small"), 2, tokens // 8)
+    config = {
+        "data_path": ["0.8", big, "0.2", small],
+        "split": "100,0,0",
+        "seq_length": args.seq,
+        "data_cache_path": os.path.join(folder, "cache"),
+        "train_iters": args.samples // args.gbs,
+        "eval_interval": 10**9,
+        "eval_iters": 0,
+        "global_batch_size": args.gbs,
+        "micro_batch_size": args.mbs,
+        "world_size": args.world,
+        "vocab_size": 500,
+        "eod": 2,
+        "dataloader_type": args.loader,
+    }
+    path = os.path.join(folder, "train.json")
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(config, out)
+    return path
+
+
+def _time(args: argparse.Namespace, folder: str) -> dict:
+    from tokenloom.cli._trace_document import document_steps
+    from tokenloom.cli._trace_order import run_order
+    from tokenloom.cli._trace_ranges import parts
+    from tokenloom.cli.trace import load_run, run_steps
+
+    config = _config(folder, args)
+    namespace = argparse.Namespace(config=config, state=None, dataloader_type=None)
+    begin = time.perf_counter()
+    dataset, layout, _, _ = load_run(namespace)
+    build = time.perf_counter() - begin
+    begin = time.perf_counter()
+    dataset, layout, _, _ = load_run(namespace)
+    load = time.perf_counter() - begin
+    begin = time.perf_counter()
+    order = run_order(dataset, layout, run_steps(dataset, layout))
+    order_s = time.perf_counter() - begin
+    small = parts(dataset)[1]
+    scans, hits = [], []
+    for document in numpy.random.default_rng(0).integers(0, 1000, args.documents):
+        begin = time.perf_counter()
+        report = document_steps(dataset, order, str(small.dataset_path), int(document))
+        scans.append(time.perf_counter() - begin)
+        hits.append(report["count"])
+    return {
+        "samples": len(dataset),
+        "steps": int(order.shape[0]),
+        "loader": args.loader,
+        "cold_build_s": round(build, 2),
+        "warm_load_s": round(load, 2),
+        "order_s": round(order_s, 2),
+        "scan_s_median": round(float(numpy.median(scans)), 3),
+        "document_total_s": round(order_s + float(numpy.median(scans)), 2),
+        "hits_per_document": hits,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=10_000_000)
+    parser.add_argument("--seq", type=int, default=8)
+    parser.add_argument("--gbs", type=int, default=256)
+    parser.add_argument("--mbs", type=int, default=4)
+    parser.add_argument("--world", type=int, default=8)
+    parser.add_argument("--loader", default="cyclic", choices=("single", "cyclic", "elastic"))
+    parser.add_argument("--documents", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        print(json.dumps(_time(args, folder)))
+
+
+if __name__ == "__main__":
+    main()
