@@ -10,6 +10,8 @@ import json
 import numpy
 import pytest
 import torch
+from tests.provenance.provenance_helpers import build
+from tests.support.tokenizer_models import hf_path, real_texts  # noqa: F401
 from tests.training._data import write_corpus
 
 from tokenloom.cli._trace_document import document_steps
@@ -239,3 +241,74 @@ def test_step_json_and_text(tmp_path, capsys):
     assert out.count("\nsample ") == 8
     assert main(["trace", "--config", _config(tmp_path, "one.json"), "--step", "99"]) != 0
     assert "--step 99: the run's loader (single) ends before it" in capsys.readouterr().err
+
+
+def test_decode_with_the_sidecar_tokenizer_and_a_single_source(
+    tmp_path, real_texts, hf_path, capsys
+):  # noqa: F811
+    prefix = build(tmp_path, real_texts, f"hf:{hf_path}", name="web")
+    config = tmp_path / "one.json"
+    config.write_text(
+        json.dumps(
+            {
+                "data_path": [prefix],
+                "split": "100,0,0",
+                "seq_length": SEQ,
+                "data_cache_path": str(tmp_path / "cache"),
+                "train_iters": 4,
+                "eval_interval": 1000,
+                "eval_iters": 0,
+                "global_batch_size": 4,
+            }
+        )
+    )
+    assert main(["trace", "--config", str(config), "--step", "2", "--json", "--decode"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    texts = "".join(real_texts)
+    for sample in body["samples"]:
+        assert sample["source"] == prefix and sample["dataset_id"] == 0
+        for text in sample["text"]:
+            for chunk in text.split("<|endoftext|>"):
+                assert chunk.strip() == "" or chunk.strip() in texts
+    document = body["samples"][0]["document_ranges"][0][0]
+    assert (
+        main(["trace", "--config", str(config), "--document", f"{prefix}:{document}", "--json"])
+        == 0
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert 2 in report["steps"] and report["first_step"] <= 2
+    starts = [h["token_start"] for h in report["hits"] if h["step"] == 2 and h["position"] == 0]
+    assert body["samples"][0]["document_ranges"][0][1] in starts
+
+
+def test_diff_json_and_bad_arguments(tmp_path, capsys):
+    config = _config(tmp_path)
+    m1 = tmp_path / "1.manifest"
+    assert main(["trace", "--config", config, "--manifest", str(m1), "--steps", "2:5"]) == 0
+    assert json.loads(m1.read_text())["steps"] == 3
+    capsys.readouterr()
+    assert main(["trace", "--diff", str(m1), str(m1), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"first_differing_step": None, "differences": []}
+    for argv, message in (
+        (["--steps", "5:2", "--manifest", str(m1)], "--steps '5:2': give A:B"),
+        (["--document", "no-colon"], "give PREFIX:ID"),
+        (["--step", "-1"], "steps are 0-based"),
+    ):
+        assert main(["trace", "--config", config, *argv]) != 0
+        assert message in capsys.readouterr().err
+    bad_state = tmp_path / "state.json"
+    bad_state.write_text(json.dumps({"format": 1}))
+    assert main(["trace", "--config", config, "--state", str(bad_state), "--step", "0"]) != 0
+    assert "--state: not a tokenloom loader state_dict()" in capsys.readouterr().err
+
+
+def test_a_state_of_another_dataset_is_refused(tmp_path, capsys):
+    config = _config(tmp_path, dataloader_type="cyclic")
+    other = _config(tmp_path, "other.json", dataloader_type="cyclic", seed=4321)
+    dataset, layout, _, _ = _run(other)
+    state = tmp_path / "other_state.json"
+    state.write_text(json.dumps(_loader(dataset, layout, 0, workers=0).state_dict()))
+    assert main(["trace", "--config", other, "--state", str(state), "--step", "0"]) == 0
+    capsys.readouterr()
+    assert main(["trace", "--config", config, "--state", str(state), "--step", "0"]) != 0
+    assert "loader state is from another dataset" in capsys.readouterr().err

@@ -109,10 +109,24 @@ def layout_from_state(state: dict[str, Any], base: Layout) -> tuple[Layout, Resu
     return check_layout(layout), resume
 
 
+def check_state_fits(dataset: Any, layout: Layout, state: dict[str, Any]) -> None:
+    """ConfigError unless a loader of ``layout`` over ``dataset`` accepts ``state`` (the
+    loader's own ``load_state_dict`` checks: the same dataset, blend and files, sampler
+    arguments, a data-parallel change only for the elastic loader)."""
+    rank = state.get("data_parallel_rank")  # the rank that saved it (any rank's will do)
+    if not isinstance(rank, int) or not 0 <= rank < layout.data_parallel_size:
+        rank = 0
+    _loader(dataset, layout, 0, rank).load_state_dict(state)
+
+
 def _sampler(dataset: Any, layout: Layout, consumed: int, rank: int) -> Any:
+    return _loader(dataset, layout, consumed, rank).batch_sampler
+
+
+def _loader(dataset: Any, layout: Layout, consumed: int, rank: int) -> Any:
     from tokenloom.training import build_pretraining_data_loader
 
-    loader = build_pretraining_data_loader(
+    return build_pretraining_data_loader(
         dataset,
         consumed,
         dataloader_type=layout.dataloader_type,
@@ -126,7 +140,6 @@ def _sampler(dataset: Any, layout: Layout, consumed: int, rank: int) -> Any:
         num_workers=0,
         pin_memory=False,
     )
-    return loader.batch_sampler
 
 
 def _rank_stream(
@@ -212,6 +225,7 @@ __all__ = [
     "Layout",
     "Resume",
     "check_layout",
+    "check_state_fits",
     "global_batches",
     "layout_from_state",
     "run_order",

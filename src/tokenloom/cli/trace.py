@@ -110,24 +110,10 @@ def _flag(value: Any, name: str, default: bool) -> bool:
     return value
 
 
-def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """``(train dataset, layout, resume point or None, settings)`` of the config."""
-    from tokenloom.builder import BlendedMegatronDatasetBuilder
-    from tokenloom.cli._trace_order import LOADER_KEYS, Layout, check_layout, layout_from_state
-    from tokenloom.cli.prepare_cache import (
-        canonical_settings,
-        compute_plan,
-        make_config,
-        read_config_mapping,
-    )
-    from tokenloom.datasets import GPTDataset
+def _layout(args: argparse.Namespace, loader: dict[str, Any], settings: Any, plan: Any) -> Any:
+    """The run's loader layout from the config's loader keys and the training plan."""
+    from tokenloom.cli._trace_order import Layout
 
-    if not args.config:
-        raise ConfigError("give --config FILE: the training config of the run to trace")
-    raw = {str(k).replace("-", "_"): v for k, v in read_config_mapping(args.config).items()}
-    loader = {key: raw.pop(key) for key in LOADER_KEYS if key in raw}
-    settings = canonical_settings(raw, source=f"--config {args.config}")
-    plan = compute_plan(settings)
     dp = plan.data_parallel_size
     mbs = settings.get("micro_batch_size") or max(plan.global_batch_size // dp, 1)
     seed = loader.get("loader_seed", 0)
@@ -146,15 +132,44 @@ def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any]]:
         raise ConfigError(
             f"dataloader_type={layout.dataloader_type!r}: trace follows single, cyclic or elastic"
         )
-    resume = None
-    if args.state:
-        layout, resume = layout_from_state(_load_state(args.state), layout)
+    return layout
+
+
+def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """``(train dataset, layout, resume point or None, settings)`` of the config."""
+    from tokenloom.builder import BlendedMegatronDatasetBuilder
+    from tokenloom.cli._trace_order import (
+        LOADER_KEYS,
+        check_layout,
+        check_state_fits,
+        layout_from_state,
+    )
+    from tokenloom.cli.prepare_cache import (
+        canonical_settings,
+        compute_plan,
+        make_config,
+        read_config_mapping,
+    )
+    from tokenloom.datasets import GPTDataset
+
+    if not args.config:
+        raise ConfigError("give --config FILE: the training config of the run to trace")
+    raw = {str(k).replace("-", "_"): v for k, v in read_config_mapping(args.config).items()}
+    loader = {key: raw.pop(key) for key in LOADER_KEYS if key in raw}
+    settings = canonical_settings(raw, source=f"--config {args.config}")
+    plan = compute_plan(settings)
+    layout = _layout(args, loader, settings, plan)
+    resume, state = None, _load_state(args.state) if args.state else None
+    if state is not None:
+        layout, resume = layout_from_state(state, layout)
     check_layout(layout)
     built = BlendedMegatronDatasetBuilder(
         GPTDataset, plan.sizes, lambda: True, make_config(settings)
     ).build()
     if built[0] is None or len(built[0]) == 0:
         raise ConfigError(f"--config {args.config}: the train split is empty; nothing to trace")
+    if state is not None:
+        check_state_fits(built[0], layout, state)
     return built[0], layout, resume, settings
 
 
