@@ -8,7 +8,8 @@ Writes two real corpora (uint16, documents of 2..64 tokens) big enough for
 the indices once (cold, timed apart), then times what ``trace --document`` does for
 ``--documents`` documents: the run's order from the loaders' samplers (once per run),
 and per document the inverted scan (document_index -> sample_index -> inverse shuffle
--> inverse blend -> steps). Prints one JSON line.
+-> inverse blend -> steps); and the manifest of the whole run (digests of every
+step, given the order). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def _config(folder: str, args: argparse.Namespace) -> str:
 
 def _time(args: argparse.Namespace, folder: str) -> dict:
     from tokenloom.cli._trace_document import document_steps
+    from tokenloom.cli._trace_manifest import make_manifest
     from tokenloom.cli._trace_order import run_order
     from tokenloom.cli._trace_ranges import parts
     from tokenloom.cli.trace import load_run, run_steps
@@ -75,6 +77,9 @@ def _time(args: argparse.Namespace, folder: str) -> dict:
     begin = time.perf_counter()
     order = run_order(dataset, layout, run_steps(dataset, layout))
     order_s = time.perf_counter() - begin
+    begin = time.perf_counter()
+    make_manifest(dataset, order, layout.describe(), 0)
+    manifest_s = time.perf_counter() - begin
     small = parts(dataset)[1]
     scans, hits = [], []
     for document in numpy.random.default_rng(0).integers(0, 1000, args.documents):
@@ -91,6 +96,7 @@ def _time(args: argparse.Namespace, folder: str) -> dict:
         "order_s": round(order_s, 2),
         "scan_s_median": round(float(numpy.median(scans)), 3),
         "document_total_s": round(order_s + float(numpy.median(scans)), 2),
+        "manifest_s": round(manifest_s, 2),
         "hits_per_document": hits,
     }
 
