@@ -52,7 +52,8 @@ def test_megatron_field_names_and_order():
         "defer_npy_index_mmap",
     ]
     assert [f.name for f in dataclasses.fields(BlendedMegatronDatasetConfig) if f.kw_only] == [
-        "build_on_all_ranks"
+        "build_on_all_ranks",
+        "blend_schedule",
     ]
     extra = positional(GPTDatasetConfig)[len(base) :]
     assert extra == [
@@ -73,6 +74,7 @@ def test_megatron_field_names_and_order():
     own = [f.name for f in dataclasses.fields(GPTDatasetConfig) if f.kw_only]
     assert own == [
         "build_on_all_ranks",
+        "blend_schedule",
         "return_cu_seqlens",
         "return_document_ranges",
         "object_storage_config",

@@ -39,6 +39,7 @@ from tokenloom.builder.cold_build import build_blend_in_shares, spreads
 from tokenloom.builder.manifest import cache_manifest, cache_visible, cyclic_gc_paused
 from tokenloom.builder.remote_indices import prefetch_remote_indices
 from tokenloom.builder.sizes import (
+    apply_schedule,
     blend_sizes,
     check_built_length,
     check_sizes,
@@ -142,7 +143,12 @@ class BlendedMegatronDatasetBuilder:
         if len(prefixes) == 1 and weights is None:
             return self._build_megatron_dataset_splits(prefixes[0], split, self.sizes)
         surplus = self.config.mid_level_dataset_surplus
-        weights, target, buffer = blend_sizes(weights, self.sizes, surplus, len(prefixes))
+        weights, target, buffer = apply_schedule(
+            self.config,
+            self.sizes,
+            surplus,
+            blend_sizes(weights, self.sizes, surplus, len(prefixes)),
+        )
         mid = self._build_megatron_datasets_parallel(prefixes, split, buffer)
         return [
             None

@@ -3,6 +3,7 @@
 * :func:`get_size_per_split_per_dataset`: megatron-core's sizes of the mid-level
   datasets of a weighted blend; :func:`blend_sizes`: those sizes for one blend, with
   and without the surplus;
+* :func:`apply_schedule`: those sizes for the train split of a ``blend_schedule``;
 * :func:`check_sizes`: the ``sizes`` argument (one per split, ``None`` or an integer >= 0);
   :func:`check_sizes_against_weights`: every weighted blend has a size to blend to;
 * :func:`check_built_length`: a built dataset has the samples its size asked for.
@@ -18,11 +19,15 @@ import numpy
 
 from tokenloom.attributes import read_attribute
 from tokenloom.datasets.blended import BlendedDataset
+from tokenloom.datasets.schedule import to_arrays
 from tokenloom.datasets.split import Split, normalize
 from tokenloom.errors import CacheError, ConfigError
+from tokenloom.index.schedule import scheduled_targets
 
 __all__ = [
     "BlendSizes",
+    "apply_schedule",
+    "schedule_counts",
     "blend_sizes",
     "check_built_length",
     "check_sizes",
@@ -68,6 +73,33 @@ def blend_sizes(
         list(row) for row in get_size_per_split_per_dataset(normalized, zeros, surplus=surplus)
     ]
     return normalized, target, buffer
+
+
+def schedule_counts(schedule: Sequence[Any], size: int) -> list[int]:
+    """Samples the train blend of ``size`` asks of each prefix under a ``blend_schedule``:
+    ``ceil`` of the cumulative scheduled target at ``size`` (for one phase, megatron-core's
+    ``ceil(size * weight)``)."""
+    if size == 0:
+        return [0] * len(schedule[0][1])
+    targets = scheduled_targets(to_arrays(schedule), size)
+    return [int(math.ceil(target)) for target in targets.tolist()]
+
+
+def apply_schedule(
+    config: Any, sizes: Sequence[Optional[int]], surplus: float, result: BlendSizes
+) -> BlendSizes:
+    """:func:`blend_sizes`'s ``result`` with the train column from the config's
+    ``blend_schedule`` (unchanged without one): the schedule's counts, and those plus
+    Megatron's ``surplus`` for the mid-level datasets."""
+    schedule = read_attribute(config, "blend_schedule", None)
+    weights, target, buffer = result
+    train = Split.train.value
+    if schedule is None or target is None or sizes[train] is None:
+        return result
+    for prefix, count in enumerate(schedule_counts(schedule, int(sizes[train] or 0))):
+        target[prefix][train] = count
+        buffer[prefix][train] = int(math.ceil(count * (1 + surplus)))
+    return weights, target, buffer
 
 
 def check_sizes_against_weights(config: Any, sizes: Sequence[Optional[int]]) -> None:

@@ -165,3 +165,37 @@ def check_object_storage(config: Any) -> None:
             f"prefix {remote[0]!r} is in object storage: set object_storage_cache_path to a "
             "local directory for its .idx files"
         )
+
+
+def check_special_ids(tokenizer: Any, vocab_size: Any) -> None:
+    """ConfigError when ``eod``/``pad`` is not an id of the vocabulary (pad -1 is allowed:
+    Megatron's "no pad token")."""
+    for name in ("eod", "pad"):
+        try:
+            value = read_attribute(tokenizer, name, None)
+        except Exception:  # noqa: BLE001 - Megatron tokenizers raise NotImplementedError
+            continue
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ConfigError(f"tokenizer.{name} = {value!r}: a token id must be an integer")
+        value = int(value)
+        too_big = isinstance(vocab_size, numbers.Integral) and value >= int(vocab_size)
+        if too_big or value < -1 or (value == -1 and name == "eod"):
+            raise ConfigError(
+                f"tokenizer.{name} = {value} is not a token id of the vocabulary (vocab_size "
+                f"{vocab_size}): samples would hold an id the model has no embedding for; fix "
+                f"the tokenizer's {name} or its vocab_size"
+            )
+
+
+def means_none(value: object) -> bool:
+    """megatron-core reads ``sequences_per_dataset`` with ``if value:``: any false value
+    is "none". A value whose truth is ambiguous (an array) is not false; it is then
+    refused as a mapping by :func:`load_sequences_per_dataset`."""
+    if value is None:
+        return True
+    try:
+        return not value
+    except Exception:  # noqa: BLE001 - ambiguous truth (numpy arrays): not "none"
+        return False

@@ -34,9 +34,11 @@ from tokenloom.cache.indices import CachedIndices
 from tokenloom.datasets._batch import allocate_batch, check_out, fill_rows
 from tokenloom.datasets._ranges import BatchAttribution, wants_ranges
 from tokenloom.datasets.megatron_dataset import MegatronDescription
+from tokenloom.datasets.schedule import schedule_of, to_arrays
 from tokenloom.datasets.split import Split, normalize
 from tokenloom.errors import ConfigError
 from tokenloom.index import build_blending_indices, build_exhaustive_blending_indices
+from tokenloom.index.schedule import build_scheduled_blending_indices
 from tokenloom.index.validate import check_blended_indices, sample_position, sample_rows
 
 # Not a torch.utils.data.Dataset subclass on purpose: a map-style dataset only
@@ -141,6 +143,7 @@ class BlendedDataset(MegatronDescription):
         self.weights = normalize(weights) if size is not None else [int(w) for w in weights]
         self.size = None if size is None else int(size)
         self.config = config
+        self.schedule = self._check_schedule()
         self.build_if_missing = bool(build_if_missing)
         self._describe()
         self.cache: Optional[IndexCache] = None
@@ -161,6 +164,19 @@ class BlendedDataset(MegatronDescription):
         indices = arrays.arrays()
         return indices["dataset_index"], indices["dataset_sample_index"]
 
+    def _check_schedule(self) -> Optional[list[Any]]:
+        """The config's ``blend_schedule`` when this blend follows it (the train split)."""
+        schedule = schedule_of(self.config, self.split.name)
+        if schedule is None:
+            return None
+        if self.size is None or len(schedule[0][1]) != len(self.datasets):
+            raise ConfigError(
+                f"blend_schedule has {len(schedule[0][1])} weights per phase; the train "
+                f"BlendedDataset blends {len(self.datasets)} datasets to size={self.size}: a "
+                "schedule needs one weight per dataset and a size"
+            )
+        return [list(phase) for phase in schedule]
+
     # -- identity and cache ----------------------------------------------------------
     def _describe(self) -> None:
         ids: OrderedDict[str, Any] = OrderedDict()
@@ -169,6 +185,8 @@ class BlendedDataset(MegatronDescription):
         ids["split"] = self.split.name
         ids["weights"] = self.weights
         ids["size"] = self.size
+        if self.schedule is not None:  # only then: other blends keep megatron-core's keys
+            ids["blend_schedule"] = self.schedule
         self.unique_identifiers = ids
 
     @property
@@ -225,7 +243,9 @@ class BlendedDataset(MegatronDescription):
 
     def _build(self) -> dict[str, numpy.ndarray]:
         logger.info("Build the %s %s indices", type(self).__name__, self.split.name)
-        if self.size is not None:
+        if self.schedule is not None and self.size is not None:
+            arrays = build_scheduled_blending_indices(*to_arrays(self.schedule), self.size)
+        elif self.size is not None:
             arrays = build_blending_indices(numpy.asarray(self.weights, numpy.float64), self.size)
         else:
             arrays = build_exhaustive_blending_indices(numpy.asarray(self.weights, numpy.int64))

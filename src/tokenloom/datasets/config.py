@@ -14,7 +14,6 @@ which becomes a :class:`SimpleTokenizer`.
 
 from __future__ import annotations
 
-import numbers
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any, Optional
 
 from tokenloom.attributes import read_attribute
 from tokenloom.datasets import _checks as checks
+from tokenloom.datasets.schedule import check_blend_schedule
 from tokenloom.datasets.split import (
     Split,
     convert_split_vector_to_split_matrix,
@@ -73,40 +73,6 @@ class SimpleTokenizer:
                 ("pad", self.pad),
             ]
         )
-
-
-def _check_special_ids(tokenizer: Any, vocab_size: Any) -> None:
-    """ConfigError when ``eod``/``pad`` is not an id of the vocabulary (pad -1 is allowed:
-    Megatron's "no pad token")."""
-    for name in ("eod", "pad"):
-        try:
-            value = read_attribute(tokenizer, name, None)
-        except Exception:  # noqa: BLE001 - Megatron tokenizers raise NotImplementedError
-            continue
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ConfigError(f"tokenizer.{name} = {value!r}: a token id must be an integer")
-        value = int(value)
-        too_big = isinstance(vocab_size, numbers.Integral) and value >= int(vocab_size)
-        if too_big or value < -1 or (value == -1 and name == "eod"):
-            raise ConfigError(
-                f"tokenizer.{name} = {value} is not a token id of the vocabulary (vocab_size "
-                f"{vocab_size}): samples would hold an id the model has no embedding for; fix "
-                f"the tokenizer's {name} or its vocab_size"
-            )
-
-
-def _means_none(value: object) -> bool:
-    """megatron-core reads ``sequences_per_dataset`` with ``if value:``: any false value
-    is "none". A value whose truth is ambiguous (an array) is not false; it is then
-    refused as a mapping by :func:`load_sequences_per_dataset`."""
-    if value is None:
-        return True
-    try:
-        return not value
-    except Exception:  # noqa: BLE001 - ambiguous truth (numpy arrays): not "none"
-        return False
 
 
 @dataclass
@@ -185,6 +151,14 @@ class BlendedMegatronDatasetConfig:
     ``path_to_cache`` (a token file checks it). Otherwise, and with False, rank 0 builds
     and the others load (node-local caches: once per node). The same on every rank."""
 
+    blend_schedule: Optional[list[tuple[Any, ...]]] = field(default=None, kw_only=True)
+    """tokenloom extension: the train split's weights as a function of its sample index,
+    ``[(start_sample, weights), ...]`` (one weight >= 0 per prefix of ``blend``,
+    normalised; phase 0 starts at 0), a phase ``(start_sample, weights, "linear")``
+    ramping from the previous phase's weights to its own at the next phase's start; the
+    last phase holds. ``blend``'s weights then serve valid and test. In the cache key.
+    Rules: :mod:`tokenloom.datasets.schedule`, docs/mixtures.md."""
+
     def __post_init__(self) -> None:
         """Validate every field and derive ``mock`` and ``split_matrix``."""
         checks.check_int("random_seed", self.random_seed, 0, 2**32 - 1)
@@ -200,6 +174,7 @@ class BlendedMegatronDatasetConfig:
             self._check_blend_per_split()
         else:
             self._check_blend_and_split()
+        self.blend_schedule = check_blend_schedule(self)
 
     def _check_scalars(self) -> None:
         checks.check_real(
@@ -368,14 +343,14 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
         if self.context_parallel_size is not None:
             checks.check_int("context_parallel_size", self.context_parallel_size, 1)
         vocab_size = read_attribute(self.tokenizer, "vocab_size", None)
-        _check_special_ids(self.tokenizer, vocab_size)
+        checks.check_special_ids(self.tokenizer, vocab_size)
         self.token_dtype_code = None if vocab_size is None else (4 if vocab_size > 65536 else 8)
         self._check_sequences_per_dataset()
         checks.check_object_storage(self)
 
     def _check_sequences_per_dataset(self) -> None:
         given: Any = self.sequences_per_dataset  # a mapping or a path (or a false value)
-        if _means_none(given):
+        if checks.means_none(given):
             self.sequences_per_dataset = None
             return
         if self.token_dtype_code is None:

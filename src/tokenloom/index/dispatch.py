@@ -15,6 +15,8 @@ index              inputs                                                   impl
 blending           ``size * (datasets + 750) <= BLEND_NUMPY_MAX_WORK``       ``NUMPY``
 blending           ``datasets < BLEND_SCAN_BELOW``                           ``SCAN`` kernel
 blending           otherwise                                                ``FAST`` kernel
+schedule blend     one phase, every weight > 0                              ``FIXED`` (blending)
+schedule blend     otherwise                                                ``REFERENCE``
 exhaustive blend   ``sum(sizes) * (datasets + 750) <= BLEND_NUMPY_MAX_WORK`` ``REFERENCE``
 exhaustive blend   ``datasets < BLEND_SCAN_BELOW``                           ``SCAN`` kernel
 exhaustive blend   otherwise                                                ``FAST`` kernel
@@ -58,6 +60,7 @@ __all__ = [
     "BLEND_NUMPY_MAX_WORK",
     "BLEND_SCAN_BELOW",
     "FAST",
+    "FIXED",
     "GENERAL",
     "GENERAL_SAMPLES_BEFORE_WAIT",
     "KERNEL",
@@ -73,11 +76,12 @@ __all__ = [
     "sample_index_route",
     "sample_route",
     "sample_kernel_applies",
+    "schedule_route",
     "shuffle_route",
 ]
 
 #: implementation names
-NUMPY, REFERENCE, VECTORIZED, SCAN, FAST, KERNEL, GENERAL, WAIT = (
+NUMPY, REFERENCE, VECTORIZED, SCAN, FAST, KERNEL, GENERAL, WAIT, FIXED = (
     "numpy",
     "reference",
     "vectorized",
@@ -86,6 +90,7 @@ NUMPY, REFERENCE, VECTORIZED, SCAN, FAST, KERNEL, GENERAL, WAIT = (
     "kernel",
     "general",
     "wait",
+    "fixed",
 )
 
 BLEND_NUMPY_MAX_WORK = 25_000_000
@@ -118,6 +123,12 @@ def blending_route(num_datasets: int, size: int) -> str:
     if size * (num_datasets + _BLEND_NUMPY_OVERHEAD) <= BLEND_NUMPY_MAX_WORK:
         return NUMPY
     return SCAN if num_datasets < BLEND_SCAN_BELOW else FAST
+
+
+def schedule_route(num_phases: int, all_positive: bool) -> str:
+    """``FIXED`` (``build_blending_indices``, the same bytes) for a one-phase schedule of
+    positive weights, else ``REFERENCE`` for ``build_scheduled_blending_indices``."""
+    return FIXED if num_phases == 1 and all_positive else REFERENCE
 
 
 def exhaustive_route(num_datasets: int, total: int) -> str:

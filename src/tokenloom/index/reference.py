@@ -22,10 +22,12 @@ from tokenloom.index._common import (
     sample_index_plan,
     shuffle_index_inputs,
 )
+from tokenloom.index._targets import ScheduleArrays, eligible, phase_offsets, targets_in
 
 __all__ = [
     "build_blending_indices",
     "build_exhaustive_blending_indices",
+    "build_scheduled_blending_indices",
     "build_sample_index",
     "build_document_index",
     "build_shuffle_index",
@@ -76,6 +78,32 @@ def build_exhaustive_blending_indices(sizes: Any) -> tuple[numpy.ndarray, numpy.
         dataset_sample_index[t] = counts[winner]
         counts[winner] += 1
         spent[winner] = counts[winner] == sizes[winner]
+    return dataset_index, dataset_sample_index
+
+
+def build_scheduled_blending_indices(
+    schedule: ScheduleArrays, size: int
+) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """Greedy interleaving by a mixture schedule (validated arrays, see
+    :mod:`tokenloom.index.schedule`): sample ``t`` goes to the dataset, among those whose
+    weight at ``t`` is > 0, with the largest ``target(t) - count`` (float64), the lowest
+    id winning ties; ``target`` is the cumulative scheduled weight, so the error carries
+    across phase changes."""
+    starts = schedule[0]
+    offsets = phase_offsets(schedule)
+    dataset_index = numpy.zeros(size, dtype=numpy.int16)
+    dataset_sample_index = numpy.zeros(size, dtype=numpy.int64)
+    counts = numpy.zeros(schedule[1].shape[1], dtype=numpy.int64)
+    p = 0
+    for t in range(size):
+        while p + 1 < starts.size and t >= starts[p + 1]:
+            p += 1
+        errors = targets_in(schedule, offsets, p, t) - counts.astype(numpy.float64)
+        errors[~eligible(schedule, p, t)] = -numpy.inf  # weight 0 now: never drawn
+        winner = int(numpy.argmax(errors))  # first maximum: lowest id wins ties
+        dataset_index[t] = winner
+        dataset_sample_index[t] = counts[winner]
+        counts[winner] += 1
     return dataset_index, dataset_sample_index
 
 
