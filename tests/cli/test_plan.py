@@ -334,3 +334,43 @@ def test_bad_max_epochs_is_one_line(tmp_path, capsys, value):
 def test_no_config_and_no_calibrate_is_refused(capsys):
     assert main(["plan"]) == 1
     assert "give --config FILE" in capsys.readouterr().err
+
+
+def test_the_cap_agrees_with_the_builder(tmp_path, capsys):
+    """plan's warning and the build's refusal: the same source, repetitions and cap, a
+    number or one per source."""
+    import dataclasses
+
+    from tokenloom.builder import BlendedMegatronDatasetBuilder
+    from tokenloom.cli.plan import load_config
+    from tokenloom.cli.prepare_cache import compute_plan, make_config
+    from tokenloom.datasets import GPTDataset
+    from tokenloom.errors import ConfigError
+
+    data_path = ["500", _golden("c0"), "497", _golden("c1"), "2", _golden("c2")]
+    c1 = _golden("c1")
+    for cap in (0.2, [1, 0.2, 1]):
+        config = _write(
+            tmp_path,
+            data_path=data_path,
+            split="100,0,0",
+            train_iters=10,
+            max_epochs_per_source=cap,
+        )
+        warnings = [w for w in _plan(config, capsys)["warnings"] if "past the cap" in w]
+        assert warnings == [
+            f"{c1} (train) is repeated 0.32 times (1 epochs of 15,978 tokens), past the cap of 0.2"
+        ]
+        settings, read = load_config(config)
+        assert read == cap
+        built = dataclasses.replace(make_config(settings), max_epochs_per_source=read)
+        builder = BlendedMegatronDatasetBuilder(
+            GPTDataset, compute_plan(settings).sizes, lambda: True, built
+        )
+        with pytest.raises(
+            ConfigError, match=rf"serves {c1} 0\.32 times .* past max_epochs_per_source=0\.2"
+        ):
+            builder.build()
+    config = _write(tmp_path, data_path=data_path, split="100,0,0", max_epochs_per_source=[1, 2])
+    assert main(["plan", "--config", config]) == 1
+    assert "2 caps but the train split blends 3 sources" in capsys.readouterr().err

@@ -54,6 +54,7 @@ def test_megatron_field_names_and_order():
     assert [f.name for f in dataclasses.fields(BlendedMegatronDatasetConfig) if f.kw_only] == [
         "build_on_all_ranks",
         "blend_schedule",
+        "max_epochs_per_source",
     ]
     extra = positional(GPTDatasetConfig)[len(base) :]
     assert extra == [
@@ -75,6 +76,7 @@ def test_megatron_field_names_and_order():
     assert own == [
         "build_on_all_ranks",
         "blend_schedule",
+        "max_epochs_per_source",
         "return_cu_seqlens",
         "return_document_ranges",
         "object_storage_config",

@@ -51,6 +51,7 @@ from tokenloom.cache import EntryPacker, IndexCache
 from tokenloom.datasets.blended import BlendedDataset
 from tokenloom.datasets.gpt import GPTDataset
 from tokenloom.datasets.mock import MockGPTDataset
+from tokenloom.datasets.repetition import check_repetitions
 from tokenloom.datasets.split import Split, split_document_range
 from tokenloom.distributed import Communicator, build_on_rank0_then_load, get_communicator
 from tokenloom.errors import ConfigError
@@ -124,9 +125,10 @@ class BlendedMegatronDatasetBuilder:
         prefetch_remote_indices(self.config, self.comm)  # s3:// .idx: once per node
         with cyclic_gc_paused():
             datasets = self._build_blended_dataset_splits()
-        for dataset in datasets:
+        for split, dataset in zip(Split, datasets):
             for item in dataset if isinstance(dataset, list) else [dataset]:
                 check_built_length(item, self.config.path_to_cache)
+                check_repetitions(item, self.config, split.name)
         return datasets
 
     # -- the three configurations ------------------------------------------------------

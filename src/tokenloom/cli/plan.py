@@ -15,7 +15,7 @@ import argparse
 import json
 import math
 import sys
-from typing import Any, Optional
+from typing import Any
 
 from tokenloom.cli._numbers import Bound, check_numbers
 from tokenloom.errors import ConfigError
@@ -77,20 +77,19 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def load_config(path: str) -> tuple[dict[str, Any], Optional[float]]:
-    """The canonical settings of ``path`` (prepare-cache's reading) and its repetition cap."""
+def load_config(path: str) -> tuple[dict[str, Any], Any]:
+    """The canonical settings of ``path`` (prepare-cache's reading) and its repetition cap
+    (None, a number or one per source: the config field ``max_epochs_per_source``)."""
     from tokenloom.cli.prepare_cache import canonical_settings, read_config_mapping
+    from tokenloom.datasets.repetition import check_cap
 
     raw = dict(read_config_mapping(path))
     caps = [raw.pop(key) for key in _CAP_KEYS if key in raw]
     cap = caps[-1] if caps else None
-    if cap is not None and (
-        isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0
-    ):
-        raise ConfigError(
-            f"--config {path}: max_epochs_per_source={cap!r} must be a number > 0 "
-            "(the repetitions allowed per source)"
-        )
+    if isinstance(cap, list):  # one per source: counted against the blend in warnings_of
+        cap = check_cap(cap, [""] * len(cap), f"--config {path}: max_epochs_per_source")
+    else:
+        cap = check_cap(cap, None, f"--config {path}: max_epochs_per_source")
     return canonical_settings(raw, source=f"--config {path}"), cap
 
 
@@ -115,25 +114,32 @@ def compute(settings: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def warnings_of(splits: list[Any], cap: float, seq: int, extra: int) -> list[str]:
-    """Every warning of the plan, one line each."""
+def warnings_of(splits: list[Any], cap: Any, seq: int, extra: int) -> list[str]:
+    """Every warning of the plan, one line each (``cap``: a number or one per source)."""
+    from tokenloom.datasets.repetition import cap_of
+
     lines = []
     for split in splits:
+        if isinstance(cap, list) and len(cap) != len(split.sources) and split.sources:
+            raise ConfigError(
+                f"max_epochs_per_source has {len(cap)} caps but the {split.name} split blends "
+                f"{len(split.sources)} sources: give one per prefix of blend"
+            )
         if split.empty_reason is not None and split.asked:
             lines.append(
                 f"{split.name} split is empty ({split.empty_reason}) but {split.asked:,} "
                 "samples were asked"
             )
-        for mid in split.sources:
-            where = f"{mid.source} ({split.name})"
+        for k, mid in enumerate(split.sources):
+            where, limit = f"{mid.source} ({split.name})", cap_of(cap, k)
             if mid.error:
                 lines.append(f"{where}: the build will fail: {mid.error}")
             elif split.asked and (mid.weight == 0 or mid.drawn == 0):
                 lines.append(f"{where} is never drawn (weight {mid.weight:.4g}, 0 samples)")
-            elif repeats(mid, seq, extra) > cap:
+            elif repeats(mid, seq, extra) > limit:
                 lines.append(
                     f"{where} is repeated {repeats(mid, seq, extra):.2f} times ({mid.epochs} epochs "
-                    f"of {mid.tokens:,} tokens), past the cap of {cap:g}"
+                    f"of {mid.tokens:,} tokens), past the cap of {limit:g}"
                 )
         if split.asked is not None and split.empty_reason is None and split.samples < split.asked:
             lines.append(
@@ -144,10 +150,11 @@ def warnings_of(splits: list[Any], cap: float, seq: int, extra: int) -> list[str
 
 
 def repeats(mid: Any, seq: int, extra: int) -> float:
-    """How many times the source's tokens are served (preview's repetitions)."""
-    if not mid.tokens:
-        return math.inf if mid.drawn else 0.0
-    return (mid.drawn * seq + extra) / mid.tokens if mid.drawn else 0.0
+    """How many times the source's tokens are served (preview's repetitions, the figure
+    the builder checks ``max_epochs_per_source`` against)."""
+    from tokenloom.datasets.repetition import repetitions
+
+    return repetitions(mid.drawn, mid.tokens, seq, extra)
 
 
 def _loads_kernels(mids: list[Any], blends: list[Any]) -> bool:
@@ -190,7 +197,7 @@ def estimate(splits: list[Any], rates: dict[str, float], gbs: int, seq: int) -> 
     }
 
 
-def as_data(figures: dict[str, Any], cap: float, rates: dict[str, Any]) -> dict[str, Any]:
+def as_data(figures: dict[str, Any], cap: Any, rates: dict[str, Any]) -> dict[str, Any]:
     """The whole plan as JSON-ready data (what ``--json`` prints)."""
     from dataclasses import asdict
 
@@ -207,7 +214,7 @@ def as_data(figures: dict[str, Any], cap: float, rates: dict[str, Any]) -> dict[
         "global_batch_size": gbs,
         "sequence_length": seq,
         "steps_are": figures["steps_are"],
-        "max_epochs": cap if math.isfinite(cap) else None,
+        "max_epochs": cap if isinstance(cap, list) or math.isfinite(cap) else None,
         "splits": splits,
         "warnings": warnings_of(figures["splits"], cap, seq, extra),
         "estimate": estimate(figures["splits"], rates["rates"], gbs, seq),
@@ -239,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
     if args.config is None:
         return 0
     settings, cap = load_config(args.config)
-    data = as_data(compute(settings), float(cap or args.max_epochs), rates)
+    data = as_data(compute(settings), args.max_epochs if cap is None else cap, rates)
     if args.plot:
         plot(data, args.plot)
     if args.json:

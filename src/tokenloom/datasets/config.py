@@ -17,10 +17,11 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from tokenloom.attributes import read_attribute
 from tokenloom.datasets import _checks as checks
+from tokenloom.datasets.repetition import check_cap
 from tokenloom.datasets.schedule import check_blend_schedule
 from tokenloom.datasets.split import (
     Split,
@@ -159,6 +160,11 @@ class BlendedMegatronDatasetConfig:
     last phase holds. ``blend``'s weights then serve valid and test. In the cache key.
     Rules: :mod:`tokenloom.datasets.schedule`, docs/mixtures.md."""
 
+    max_epochs_per_source: Optional[Union[float, list[float]]] = field(default=None, kw_only=True)
+    """tokenloom extension: the most times a source's tokens may be served (a number > 0,
+    or one per prefix of ``blend``); a build passing it is refused, naming the global
+    sample where it passes (:mod:`tokenloom.datasets.repetition`, as ``tokenloom plan``)."""
+
     def __post_init__(self) -> None:
         """Validate every field and derive ``mock`` and ``split_matrix``."""
         checks.check_int("random_seed", self.random_seed, 0, 2**32 - 1)
@@ -175,6 +181,9 @@ class BlendedMegatronDatasetConfig:
         else:
             self._check_blend_and_split()
         self.blend_schedule = check_blend_schedule(self)
+        self.max_epochs_per_source = check_cap(
+            self.max_epochs_per_source, self.blend and self.blend[0], "max_epochs_per_source"
+        )
 
     def _check_scalars(self) -> None:
         checks.check_real(
