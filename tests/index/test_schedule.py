@@ -10,12 +10,14 @@ from hypothesis import strategies as st
 
 import tokenloom.index as index
 from tokenloom.errors import ConfigError
-from tokenloom.index import dispatch
+from tokenloom.index import dispatch, reference
+from tokenloom.index._targets import phase_offsets
 from tokenloom.index.schedule import (
     build_scheduled_blending_indices,
     schedule_arrays,
     scheduled_targets,
 )
+from tokenloom.kernels import KERNELS
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -122,9 +124,48 @@ def test_a_linear_ramp_integrates_the_weights():
 
 
 def test_the_route_table():
-    assert dispatch.schedule_route(1, True) == dispatch.FIXED
-    assert dispatch.schedule_route(1, False) == dispatch.REFERENCE
-    assert dispatch.schedule_route(3, True) == dispatch.REFERENCE
+    small, large = (
+        dispatch.SCHEDULE_REFERENCE_MAX_SAMPLES,
+        dispatch.SCHEDULE_REFERENCE_MAX_SAMPLES + 1,
+    )
+    assert dispatch.schedule_route(1, True, large) == dispatch.FIXED
+    assert dispatch.schedule_route(1, False, small) == dispatch.REFERENCE
+    assert dispatch.schedule_route(3, True, small) == dispatch.REFERENCE
+    assert dispatch.schedule_route(3, True, large) == dispatch.SCAN
+
+
+def _kernel(schedule, size):
+    kernels = KERNELS.get("blend_scan")
+    if kernels is None:
+        pytest.skip("numba is not installed (or TOKENLOOM_DISABLE_NUMBA is set)")
+    dataset_index = numpy.empty(size, dtype=numpy.int16)
+    sample_index = numpy.empty(size, dtype=numpy.int64)
+    kernels.schedule_scan(*schedule, phase_offsets(schedule), dataset_index, sample_index)
+    return dataset_index, sample_index
+
+
+@SETTINGS
+@given(schedules())
+def test_the_scan_kernel_equals_the_reference(case):
+    starts, weights, linear, size = case
+    schedule = schedule_arrays(starts, weights, linear)
+    expected = reference.build_scheduled_blending_indices(schedule, size)
+    actual = _kernel(schedule, size)
+    assert actual[0].tobytes() == expected[0].tobytes()
+    assert actual[1].tobytes() == expected[1].tobytes()
+
+
+def test_a_long_schedule_takes_the_kernel_and_equals_the_reference():
+    size = dispatch.SCHEDULE_REFERENCE_MAX_SAMPLES * 3
+    weights = numpy.array(
+        [[0.7, 0.2, 0.1, 0.0], [0.1, 0.2, 0.3, 0.4], [0.25] * 4, [0, 0, 0.5, 0.5]]
+    )
+    starts, linear = [0, 1500, 3000, 5000], [False, False, True, False]
+    schedule = schedule_arrays(starts, weights, linear)
+    expected = reference.build_scheduled_blending_indices(schedule, size)
+    actual = build_scheduled_blending_indices(starts, weights, linear, size)
+    assert actual[0].tobytes() == expected[0].tobytes()
+    assert actual[1].tobytes() == expected[1].tobytes()
 
 
 @pytest.mark.parametrize(

@@ -80,7 +80,10 @@ def _blending_kernels(token_dtypes: Sequence[str]) -> list[Any]:
     scan.blend_scan(weights, *out)
     scan.exhaustive_scan(sizes, weights, *out)
     fast.run(weights, sizes, *out)
-    return [scan.blend_scan, scan.exhaustive_scan, fast.greedy]
+    phases = numpy.stack([weights, weights])
+    starts, linear = numpy.array([0, 45], dtype=numpy.int64), numpy.zeros(2, dtype=bool)
+    scan.schedule_scan(starts, phases, linear, phases, *out)
+    return [scan.blend_scan, scan.exhaustive_scan, scan.schedule_scan, fast.greedy]
 
 
 def _shuffle_kernels(token_dtypes: Sequence[str]) -> list[Any]:

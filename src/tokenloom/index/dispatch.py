@@ -16,7 +16,8 @@ blending           ``size * (datasets + 750) <= BLEND_NUMPY_MAX_WORK``       ``N
 blending           ``datasets < BLEND_SCAN_BELOW``                           ``SCAN`` kernel
 blending           otherwise                                                ``FAST`` kernel
 schedule blend     one phase, every weight > 0                              ``FIXED`` (blending)
-schedule blend     otherwise                                                ``REFERENCE``
+schedule blend     ``size <= SCHEDULE_REFERENCE_MAX_SAMPLES``               ``REFERENCE``
+schedule blend     otherwise                                                ``SCAN`` kernel
 exhaustive blend   ``sum(sizes) * (datasets + 750) <= BLEND_NUMPY_MAX_WORK`` ``REFERENCE``
 exhaustive blend   ``datasets < BLEND_SCAN_BELOW``                           ``SCAN`` kernel
 exhaustive blend   otherwise                                                ``FAST`` kernel
@@ -68,6 +69,7 @@ __all__ = [
     "REFERENCE",
     "SAMPLE_VECTORIZED_MAX_DOCUMENTS",
     "SCAN",
+    "SCHEDULE_REFERENCE_MAX_SAMPLES",
     "SHUFFLE_KERNEL_MIN_SIZE",
     "VECTORIZED",
     "WAIT",
@@ -109,6 +111,10 @@ SHUFFLE_KERNEL_MIN_SIZE = 8192
 """Arrays shorter than this are shuffled by numpy's own ``RandomState.shuffle``:
 reading and writing the generator state costs more than the kernel saves on them."""
 
+SCHEDULE_REFERENCE_MAX_SAMPLES = 2048
+"""Schedule blends of up to this many samples run the reference (no numba load); longer
+ones the schedule scan kernel. Not yet measured (BENCHMARKS.md has no schedule row)."""
+
 GENERAL_SAMPLES_BEFORE_WAIT = 256
 """Samples of a dataset that the general path serves while its kernel loads in the
 background; the next one waits for the load. A reader of many samples is better off
@@ -125,10 +131,14 @@ def blending_route(num_datasets: int, size: int) -> str:
     return SCAN if num_datasets < BLEND_SCAN_BELOW else FAST
 
 
-def schedule_route(num_phases: int, all_positive: bool) -> str:
+def schedule_route(num_phases: int, all_positive: bool, size: int) -> str:
     """``FIXED`` (``build_blending_indices``, the same bytes) for a one-phase schedule of
-    positive weights, else ``REFERENCE`` for ``build_scheduled_blending_indices``."""
-    return FIXED if num_phases == 1 and all_positive else REFERENCE
+    positive weights, else ``REFERENCE`` up to ``SCHEDULE_REFERENCE_MAX_SAMPLES`` samples
+    and the ``SCAN`` kernel (``blend_scan.schedule_scan``) above, for
+    ``build_scheduled_blending_indices``."""
+    if num_phases == 1 and all_positive:
+        return FIXED
+    return REFERENCE if size <= SCHEDULE_REFERENCE_MAX_SAMPLES else SCAN
 
 
 def exhaustive_route(num_datasets: int, total: int) -> str:

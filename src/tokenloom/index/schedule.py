@@ -24,8 +24,9 @@ import numpy
 
 from tokenloom.errors import ConfigError
 from tokenloom.index import arguments, dispatch, reference
-from tokenloom.index._targets import ScheduleArrays, scheduled_targets
+from tokenloom.index._targets import ScheduleArrays, phase_offsets, scheduled_targets
 from tokenloom.index.blending import build_blending_indices
+from tokenloom.kernels import KERNELS
 
 __all__ = [
     "ScheduleArrays",
@@ -77,8 +78,15 @@ def build_scheduled_blending_indices(
     of :func:`tokenloom.index.dispatch.schedule_route`."""
     schedule = schedule_arrays(starts, weights, linear)
     size = arguments.as_int(size, "size", minimum=0)
-    if dispatch.schedule_route(schedule[0].size, bool(numpy.all(schedule[1] > 0))) == (
-        dispatch.FIXED
-    ):
+    route = dispatch.schedule_route(schedule[0].size, bool(numpy.all(schedule[1] > 0)), size)
+    if route == dispatch.FIXED:
         return build_blending_indices(schedule[1][0], size)
-    return reference.build_scheduled_blending_indices(schedule, size)
+    kernels = KERNELS.get("blend_scan") if route == dispatch.SCAN else None
+    if kernels is None:
+        return reference.build_scheduled_blending_indices(schedule, size)
+    dataset_index = numpy.empty(size, dtype=numpy.int16)
+    dataset_sample_index = numpy.empty(size, dtype=numpy.int64)
+    starts, weights, linear = schedule
+    offsets = phase_offsets(schedule)
+    kernels.schedule_scan(starts, weights, linear, offsets, dataset_index, dataset_sample_index)
+    return dataset_index, dataset_sample_index

@@ -64,3 +64,66 @@ def exhaustive_scan(
             for slot in range(best_slot, num_alive - 1):
                 alive[slot] = alive[slot + 1]
             num_alive -= 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _phase_scan(
+    p: int,
+    first: int,
+    end: int,
+    schedule: tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray, numpy.ndarray],
+    counts: numpy.ndarray,
+    dataset_index: numpy.ndarray,
+    dataset_sample_index: numpy.ndarray,
+) -> None:  # pragma: no cover
+    """Samples ``[first, end)`` of phase ``p`` (see :func:`schedule_scan`)."""
+    starts, weights, linear, offsets = schedule
+    n = weights.shape[1]
+    ramped = linear[p]
+    length = numpy.float64(starts[p + 1] - starts[p]) if ramped else 1.0
+    for t in range(first, end):
+        d = numpy.float64(t - starts[p])
+        q = d * d / (2.0 * length)
+        best = -1
+        best_error = 0.0
+        for i in range(n):
+            if ramped:
+                if not (weights[p - 1, i] > 0 or (weights[p, i] > 0 and t > starts[p])):
+                    continue
+                ramp = weights[p, i] - weights[p - 1, i]
+                target = offsets[p, i] + weights[p - 1, i] * d + ramp * q
+            elif not weights[p, i] > 0:
+                continue
+            elif p == 0:
+                target = weights[0, i] * max(numpy.float64(t), 1.0)
+            else:
+                target = offsets[p, i] + weights[p, i] * d
+            error = target - numpy.float64(counts[i])
+            if best < 0 or error > best_error:
+                best_error = error
+                best = i
+        dataset_index[t] = best
+        dataset_sample_index[t] = counts[best]
+        counts[best] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def schedule_scan(
+    starts: numpy.ndarray,
+    weights: numpy.ndarray,
+    linear: numpy.ndarray,
+    offsets: numpy.ndarray,
+    dataset_index: numpy.ndarray,
+    dataset_sample_index: numpy.ndarray,
+) -> None:  # pragma: no cover
+    """The greedy of a mixture schedule, phase by phase, O(samples x datasets), the
+    counts (the sampling error) carried across phases. Readable twin:
+    :func:`tokenloom.index.reference.build_scheduled_blending_indices` (the same float64
+    expressions, :mod:`tokenloom.index._targets`)."""
+    counts = numpy.zeros(weights.shape[1], dtype=numpy.int64)
+    size = dataset_index.shape[0]
+    schedule = (starts, weights, linear, offsets)
+    for p in range(starts.shape[0]):
+        first = min(starts[p], size)
+        end = size if p + 1 == starts.shape[0] else min(starts[p + 1], size)
+        _phase_scan(p, first, end, schedule, counts, dataset_index, dataset_sample_index)
