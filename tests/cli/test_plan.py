@@ -165,7 +165,8 @@ def test_warnings_cap_and_empty_splits(tmp_path, capsys):
     assert _planned(data) == _real(config)
     c0, c1 = _golden("c0"), _golden("c1")
     assert data["warnings"] == [
-        f"{c1} (train) is repeated 0.32 times (1 epochs of 15,978 tokens), past the cap of 0.2",
+        f"{c1} (train) is repeated 0.32 times (1 epochs of 15,978 tokens), past the cap of 0.2"
+        " from global sample 100",
         "valid split is empty (split '100,0,0' gives it no documents) but 32 samples were asked",
         "test split is empty (split '100,0,0' gives it no documents) but 32 samples were asked",
     ]
@@ -360,6 +361,7 @@ def test_the_cap_agrees_with_the_builder(tmp_path, capsys):
         warnings = [w for w in _plan(config, capsys)["warnings"] if "past the cap" in w]
         assert warnings == [
             f"{c1} (train) is repeated 0.32 times (1 epochs of 15,978 tokens), past the cap of 0.2"
+            " from global sample 100"
         ]
         settings, read = load_config(config)
         assert read == cap

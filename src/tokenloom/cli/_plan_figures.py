@@ -49,6 +49,9 @@ class MidPlan:
     which each of those that the split draws is served."""
     index_bytes: dict[str, int] = field(default_factory=dict)
     error: Optional[str] = None
+    cap_sample: Optional[int] = None
+    """The (blended) sample index at which the source passes its repetition cap
+    (:func:`tokenloom.datasets.repetition.passing_count`, as the builder reports), or None."""
 
 
 @dataclass
@@ -63,6 +66,26 @@ class SplitPlan:
     sources: list[MidPlan] = field(default_factory=list)
     blend_bytes: dict[str, int] = field(default_factory=dict)
     empty_reason: Optional[str] = None
+
+
+@dataclass
+class _Caps:
+    """The repetition cap of each source, and where a source passes it."""
+
+    cap: Any
+    seq: int
+    extra: int
+
+    def passing(self, mid: MidPlan, k: int) -> Optional[int]:
+        """The source's sample (1-based count) that passes its cap, or None."""
+        from tokenloom.datasets.repetition import cap_of, passing_count, repetitions
+
+        if isinstance(self.cap, list) and k >= len(self.cap):
+            return None  # the count mismatch is refused by plan's warnings
+        limit = cap_of(self.cap, k)
+        if not mid.tokens or repetitions(mid.drawn, mid.tokens, self.seq, self.extra) <= limit:
+            return None
+        return passing_count(limit, mid.tokens, self.seq, self.extra)
 
 
 def _mid(config: Any, prefix: str, bounds: Any, size: Optional[int], split: Split) -> MidPlan:
@@ -112,7 +135,9 @@ def _counts(weights: list[float], size: int) -> tuple[numpy.ndarray, Optional[nu
     return counts, None
 
 
-def _blend(plan: SplitPlan, weights: Optional[list[float]], size: Optional[int]) -> None:
+def _blend(
+    plan: SplitPlan, weights: Optional[list[float]], size: Optional[int], caps: _Caps
+) -> None:
     """Fill in the blend of ``plan.sources`` as BlendedDataset draws it."""
     from tokenloom.index import build_exhaustive_blending_indices
 
@@ -138,16 +163,21 @@ def _blend(plan: SplitPlan, weights: Optional[list[float]], size: Optional[int])
     for k, mid in enumerate(mids):
         mid.drawn, mid.weight = int(counts[k]), float(weights[k])
         ends = [n for n in mid.epoch_end_samples if 0 < n <= mid.drawn]
+        passing = caps.passing(mid, k)
         if dataset_index is None:
             mid.epoch_end_samples = [int(n / weights[k]) - 1 for n in ends]
+            mid.cap_sample = None if passing is None else int(passing / weights[k]) - 1
         else:
             positions = numpy.flatnonzero(dataset_index == k)
             mid.epoch_end_samples = [int(positions[n - 1]) for n in ends]
+            mid.cap_sample = None if passing is None else int(positions[passing - 1])
 
 
-def _single(plan: SplitPlan, mid: MidPlan) -> SplitPlan:
+def _single(plan: SplitPlan, mid: MidPlan, caps: _Caps) -> SplitPlan:
     plan.sources = [mid]
     mid.drawn = plan.samples = mid.samples
+    passing = caps.passing(mid, 0)
+    mid.cap_sample = None if passing is None else passing - 1
     mid.epoch_end_samples = [n - 1 for n in mid.epoch_end_samples if 0 < n <= mid.samples]
     return plan
 
@@ -159,20 +189,21 @@ def _from_blend(
     bounds: Any,
     sizes: list[Optional[int]],
     i: int,
+    caps: _Caps,
 ) -> SplitPlan:
     prefixes, weights = blend
     split = Split(i)
     if len(prefixes) == 1 and weights is None:
-        return _single(plan, _mid(config, prefixes[0], bounds, sizes[i], split))
+        return _single(plan, _mid(config, prefixes[0], bounds, sizes[i], split), caps)
     surplus = float(config.mid_level_dataset_surplus)
     normalized, target, buffer = blend_sizes(weights, sizes, surplus, len(prefixes))
     plan.sources = [
         _mid(config, prefix, bounds, buffer[k][i], split) for k, prefix in enumerate(prefixes)
     ]
     if normalized is None or target is None:
-        _blend(plan, None, plan.asked)
+        _blend(plan, None, plan.asked, caps)
     else:
-        _blend(plan, normalized, sum(row[i] for row in target))
+        _blend(plan, normalized, sum(row[i] for row in target), caps)
     return plan
 
 
@@ -186,8 +217,10 @@ def _validation_sets(config: Any, plan: SplitPlan, prefixes: list[str]) -> Split
     return plan
 
 
-def plan_splits(config: Any, sizes: list[Optional[int]]) -> list[SplitPlan]:
-    """What each split (train, valid, test) of ``config`` gives for the builder's ``sizes``."""
+def plan_splits(config: Any, sizes: list[Optional[int]], cap: Any = None) -> list[SplitPlan]:
+    """What each split (train, valid, test) of ``config`` gives for the builder's ``sizes``
+    (``cap``: the repetition cap, a number or one per source, for ``cap_sample``)."""
+    caps = _Caps(cap, int(config.sequence_length), int(config.add_extra_token_to_sequence))
     plans = []
     for split in Split:
         i = split.value
@@ -197,7 +230,7 @@ def plan_splits(config: Any, sizes: list[Optional[int]]) -> list[SplitPlan]:
             if bounds is None:
                 plan.empty_reason = f"split {config.split!r} gives it no documents"
             else:
-                plan = _from_blend(config, plan, config.blend, bounds, sizes, i)
+                plan = _from_blend(config, plan, config.blend, bounds, sizes, i, caps)
         else:
             blend = config.blend_per_split[i]
             spoof: list[Optional[int]] = [0] * len(Split)
@@ -207,6 +240,6 @@ def plan_splits(config: Any, sizes: list[Optional[int]]) -> list[SplitPlan]:
             elif split == Split.valid and config.multiple_validation_sets and len(blend[0]) > 1:
                 plan = _validation_sets(config, plan, list(blend[0]))
             else:
-                plan = _from_blend(config, plan, blend, (0.0, 1.0), spoof, i)
+                plan = _from_blend(config, plan, blend, (0.0, 1.0), spoof, i, caps)
         plans.append(plan)
     return plans

@@ -93,8 +93,9 @@ def load_config(path: str) -> tuple[dict[str, Any], Any]:
     return canonical_settings(raw, source=f"--config {path}"), cap
 
 
-def compute(settings: dict[str, Any]) -> dict[str, Any]:
-    """The figures of a config: ``{"global_batch_size", "steps_are", "splits"}``."""
+def compute(settings: dict[str, Any], cap: Any = None) -> dict[str, Any]:
+    """The figures of a config: ``{"global_batch_size", "steps_are", "splits"}`` (``cap``:
+    the repetition cap, for where each source passes it)."""
     from tokenloom.builder.sizes import check_sizes_against_weights
     from tokenloom.cli._plan_figures import plan_splits
     from tokenloom.cli.prepare_cache import compute_plan, make_config
@@ -110,7 +111,7 @@ def compute(settings: dict[str, Any]) -> dict[str, Any]:
         "steps_are": steps_are,
         "sequence_length": int(config.sequence_length),
         "extra": int(config.add_extra_token_to_sequence),
-        "splits": plan_splits(config, list(training.sizes)),
+        "splits": plan_splits(config, list(training.sizes), cap),
     }
 
 
@@ -140,6 +141,7 @@ def warnings_of(splits: list[Any], cap: Any, seq: int, extra: int) -> list[str]:
                 lines.append(
                     f"{where} is repeated {repeats(mid, seq, extra):.2f} times ({mid.epochs} epochs "
                     f"of {mid.tokens:,} tokens), past the cap of {limit:g}"
+                    + ("" if mid.cap_sample is None else f" from global sample {mid.cap_sample:,}")
                 )
         if split.asked is not None and split.empty_reason is None and split.samples < split.asked:
             lines.append(
@@ -246,7 +248,8 @@ def run(args: argparse.Namespace) -> int:
     if args.config is None:
         return 0
     settings, cap = load_config(args.config)
-    data = as_data(compute(settings), args.max_epochs if cap is None else cap, rates)
+    cap = args.max_epochs if cap is None else cap
+    data = as_data(compute(settings, cap), cap, rates)
     if args.plot:
         plot(data, args.plot)
     if args.json:
