@@ -78,6 +78,7 @@ EXEMPT = {
     "training/collate.py:BATCH_DTYPES": CONSTANT_TABLE,
     "training/collate.py:NUMPY_DTYPES": CONSTANT_TABLE,
     "training/state_schema.py:_DATASET_V1": CONSTANT_TABLE,
+    "training/state_schema.py:_DATASET_V3": CONSTANT_TABLE,
     "training/state_schema.py:_COMMON": CONSTANT_TABLE,
     "training/state_schema.py:_SCHEMAS": CONSTANT_TABLE,
 }

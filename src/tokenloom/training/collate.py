@@ -243,8 +243,10 @@ class BatchFetcher(torch.utils.data.Dataset[Any]):
         eod: Optional[int],
         pin: bool,
         per_sample: bool = False,
+        blocker: Any = None,
     ) -> None:
         self.dataset = dataset
+        self.blocker = blocker  # a quarantine.DocumentBlocker, or None
         self.attention_mask = attention_mask
         self.with_cu_seqlens = with_cu_seqlens
         self.eod = eod
@@ -268,6 +270,8 @@ class BatchFetcher(torch.utils.data.Dataset[Any]):
             pin=self.pin and not _in_worker(),
             pool=self.pool,
         )
+        if self.blocker is not None:
+            self.blocker.mask(self.dataset, indices, batch["loss_mask"])
         if not self.per_sample:
             return batch
         return [{name: value[row] for name, value in batch.items()} for row in range(len(indices))]
@@ -295,6 +299,7 @@ def make_fetcher(
     return_cu_seqlens: bool,
     pin: bool,
     per_sample: bool,
+    blocker: Any = None,
 ) -> BatchFetcher:
     """The loader's fetcher: the attention mask as asked (None: the dataset config's) and
     ``cu_seqlens`` cut at the config's ``tokenizer.eod`` (ConfigError without one)."""
@@ -305,6 +310,7 @@ def make_fetcher(
         eod=_eod(dataset),
         pin=pin,
         per_sample=per_sample,
+        blocker=blocker,
     )
     if return_cu_seqlens and fetcher.eod is None:
         raise ConfigError("return_cu_seqlens=True needs the dataset's config.tokenizer.eod")

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import torch
 
-from tokenloom.attributes import has_attribute, read_attribute
+from tokenloom.attributes import has_attribute
 from tokenloom.errors import ConfigError
 from tokenloom.training.checks import flag, optional_flag
 from tokenloom.training.collate import BatchFetcher, collate_batch, make_fetcher, no_collate
@@ -25,6 +25,15 @@ from tokenloom.training.options import (
     loader_kwargs,
     resolve_options,
 )
+from tokenloom.training.quarantine import (
+    DocumentBlocker,
+    Requests,
+    check_blocked,
+    normalize_skip_batches,
+    resume_skip_batches,
+    skip_end,
+    skip_unit,
+)
 from tokenloom.training.samplers import (
     ElasticPretrainingSampler,
     HybridCPMegatronPretrainingSampler,
@@ -33,6 +42,7 @@ from tokenloom.training.samplers import (
     RandomSeedDataset,
 )
 from tokenloom.training.state import STATE_FORMAT, check_state, dataset_fingerprint
+from tokenloom.training.state_schema import OLD_STATE_FORMAT
 
 __all__ = [
     "DATALOADER_TYPES",
@@ -54,21 +64,6 @@ def cyclic_iter(iterable: Any) -> Iterator[Any]:
                 "cyclic_iter: a pass over the data loader yielded no batch; "
                 "the dataset is too small for micro_batch_size * data_parallel_size"
             )
-
-
-class _Requests:
-    """The DataLoader's sampler: ``(epoch, indices)`` per batch, after skipping ``skip``."""
-
-    def __init__(self, sampler: Any, skip: int) -> None:
-        self.sampler = sampler
-        self.skip = skip
-
-    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
-        batches = iter(self.sampler)
-        for _ in range(self.skip):
-            next(batches, None)
-        for indices in batches:
-            yield read_attribute(self.sampler, "epoch", 0), indices
 
 
 class PretrainingDataLoader:
@@ -97,7 +92,9 @@ class PretrainingDataLoader:
         self._warmed = False
         self._fingerprint: Optional[dict[str, Any]] = None
         self.batch_sampler = self._make_sampler(consumed_samples)  # validates the arguments
-        self._requests = _Requests(self.batch_sampler, 0)
+        self._requests = Requests(self.batch_sampler, 0)
+        self._requests.ranges = options["skip_batches"]
+        self._unit = skip_unit(options, self._step())
         self.fetcher = fetcher
         self.dataloader = torch.utils.data.DataLoader(
             fetcher, sampler=self._requests, batch_size=None, collate_fn=no_collate, **loader_kwargs
@@ -156,7 +153,9 @@ class PretrainingDataLoader:
         else:
             self.batch_sampler, skip = self._make_sampler(self._consumed), 0
             self._pass_start, self._pass_batches = self._consumed, 0
-        self._requests.sampler, self._requests.skip = self.batch_sampler, skip
+        requests = self._requests
+        requests.sampler, requests.skip, requests.step = self.batch_sampler, skip, self._step()
+        requests.start, requests.unit = self._pass_start, self._unit
 
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -175,6 +174,7 @@ class PretrainingDataLoader:
                         "or load_state_dict() was called; call iter() again"
                     )
                 empty = False
+                self._skip_to(skip_end(self._consumed, self._requests.ranges, self._unit))
                 self._pass_batches += 1
                 self._consumed += step
                 if single:  # a last partial batch hands out fewer than a step
@@ -183,12 +183,19 @@ class PretrainingDataLoader:
             if single:
                 self._consumed = max(self._consumed, len(self.dataset))
                 return
-            if empty:
+            self._skip_to(self._pass_start + self._requests.drawn * step)
+            if empty and not self._requests.drawn:
                 raise ConfigError(
                     "a pass over the data yielded no batch; the dataset is too "
                     "small for micro_batch_size * data_parallel_size"
                 )
             self._pass_start, self._pass_batches = self._consumed, 0
+
+    def _skip_to(self, consumed: int) -> None:
+        """Move the count past skipped steps (their batches are consumed, not served)."""
+        if consumed > self._consumed:
+            self._pass_batches += (consumed - self._consumed) // self._step()
+            self._consumed = consumed
 
     def _batches(self) -> Iterator[Any]:
         """The DataLoader's batches; without workers the fetcher is called directly (torch's
@@ -248,8 +255,12 @@ class PretrainingDataLoader:
             "data_sharding": o["data_sharding"],
             "drop_last": o["drop_last"],
             "seed": o["seed"],
-            "dataset": copy.deepcopy(self._fingerprint),
+            "skip_batches": [list(pair) for pair in self._requests.ranges],
+            "dataset": dict(copy.deepcopy(self._fingerprint), blocked_documents=self._blocked()),
         }
+
+    def _blocked(self) -> Optional[str]:
+        return None if self.fetcher.blocker is None else str(self.fetcher.blocker.digest)
 
     def load_state_dict(self, state: dict[str, Any], allow_data_change: bool = False) -> None:
         """Continue from ``state`` (saved by a loader built with the same arguments).
@@ -267,6 +278,10 @@ class PretrainingDataLoader:
         kind = self.options["dataloader_type"]
         saved = check_state(state, self.state_dict(), kind == "elastic", allow)
         consumed, pass_start, pass_batches = self._resume_point(saved)
+        check_blocked(saved["dataset"]["blocked_documents"], self._blocked(), allow)
+        ranges = resume_skip_batches(saved["skip_batches"], self._requests.ranges)
+        self.options["skip_batches"] = self._requests.ranges = ranges
+        self._unit = skip_unit(self.options, self._step())
         if kind == "single" and consumed > len(self.dataset):
             raise ConfigError(
                 f"loader state consumed_samples={consumed} is past the end of "
@@ -283,7 +298,7 @@ class PretrainingDataLoader:
         consumed = saved["consumed_samples"]
         pass_start, pass_batches = saved["pass_start_consumed"], saved["pass_batches"]
         if self.options["dataloader_type"] != "cyclic":  # a function of consumed alone
-            if saved["format"] == STATE_FORMAT and (pass_start, pass_batches) != (consumed, 0):
+            if saved["format"] != OLD_STATE_FORMAT and (pass_start, pass_batches) != (consumed, 0):
                 raise ConfigError(
                     f"loader state is inconsistent: pass_start_consumed={pass_start} and "
                     f"pass_batches={pass_batches} must be consumed_samples={consumed} and 0 "
@@ -322,6 +337,8 @@ def build_pretraining_data_loader(
     return_cu_seqlens: bool = False,
     timeout: float = 0.0,
     worker_init_fn: Optional[Callable[[int], None]] = None,
+    skip_batches: Any = None,
+    block_documents: Any = None,
 ) -> Any:
     """Megatron's ``build_pretraining_data_loader`` with its ``args`` made explicit.
 
@@ -332,6 +349,9 @@ def build_pretraining_data_loader(
     ``create_attention_mask`` None follows the dataset's config.  ``return_cu_seqlens``
     adds ``cu_seqlens``/``max_seqlen`` (int32) for varlen attention.  ``seed`` is used
     by ``"elastic"`` only (epoch e draws ``randperm(len(dataset), seed + e)``).
+    ``skip_batches=[(first, end), ...]`` (0-based global steps, end exclusive) are never
+    served and ``block_documents`` (``"PREFIX:document_id"`` strings or a file of them)
+    get loss_mask 0: see :mod:`tokenloom.training.quarantine`.
     """
     if dataset is None:
         return None
@@ -348,6 +368,7 @@ def build_pretraining_data_loader(
         "drop_last": drop_last,
         "seed": seed,
         "hybrid_context_parallel": hybrid_context_parallel,
+        "skip_batches": normalize_skip_batches(skip_batches),
     }
     consumed_samples = resolve_options(dataset, options, consumed_samples, full_validation)
     kwargs = loader_kwargs(
@@ -370,5 +391,6 @@ def build_pretraining_data_loader(
             return_cu_seqlens=flag("return_cu_seqlens", return_cu_seqlens),
             pin=kwargs["pin_memory"] and torch.cuda.is_available(),
             per_sample=options["hybrid_context_parallel"],
+            blocker=DocumentBlocker.build(dataset, block_documents),
         ),
     )

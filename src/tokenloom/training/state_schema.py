@@ -21,13 +21,22 @@ from typing import Any, NoReturn
 from tokenloom.errors import ConfigError
 from tokenloom.training.checks import INT64_MAX, describe, is_integer
 
-__all__ = ["OLD_STATE_FORMAT", "STATE_FORMAT", "STATE_FORMATS", "validate_state"]
+__all__ = [
+    "OLD_STATE_FORMAT",
+    "PRE_QUARANTINE_FORMAT",
+    "STATE_FORMAT",
+    "STATE_FORMATS",
+    "validate_state",
+]
 
-STATE_FORMAT = "tokenloom.training.loader/2"
+STATE_FORMAT = "tokenloom.training.loader/3"
 """The format of the states :meth:`PretrainingDataLoader.state_dict` writes."""
+PRE_QUARANTINE_FORMAT = "tokenloom.training.loader/2"
+"""States saved before the quarantine (no ``skip_batches``, no ``dataset.blocked_documents``);
+they load as having skipped and blocked nothing."""
 OLD_STATE_FORMAT = "tokenloom.training.loader/1"
 """States saved before the data identities were recorded (no ``dataset.files``)."""
-STATE_FORMATS = (STATE_FORMAT, OLD_STATE_FORMAT)
+STATE_FORMATS = (STATE_FORMAT, PRE_QUARANTINE_FORMAT, OLD_STATE_FORMAT)
 MAX_TEXT = 4096  # a path, class name or digest longer than PATH_MAX is not from a state
 
 Path = tuple[Any, ...]
@@ -134,6 +143,21 @@ def _record(fields: dict[str, Check]) -> Check:
     return check
 
 
+def _skip_ranges(path: Path, value: Any) -> list[list[int]]:
+    """``[[first, end], ...]``: skipped global steps, end exclusive."""
+    if not isinstance(value, (list, tuple)) or len(value) > 1 << 20:
+        _bad(path, value, "a list of [first, end] step ranges")
+    out = []
+    for i, pair in enumerate(value):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            _bad((*path, i), pair, "a [first, end] pair of step numbers")
+        first, end = (_integer(0)((*path, i, j), pair[j]) for j in (0, 1))
+        if first >= end:
+            _bad((*path, i), pair, "a [first, end] pair with first < end")
+        out.append([first, end])
+    return out
+
+
 _IDENTITY = _mapping_of(_mapping_of(_scalar, "identity fields"), "file parts ('idx', 'bin')")
 _DATASET_V1: dict[str, Check] = {
     "class": _text,
@@ -155,8 +179,17 @@ _COMMON: dict[str, Check] = {
     "drop_last": _flag,
     "seed": _integer(0),
 }
+_DATASET_V3 = dict(_DATASET, blocked_documents=_optional(_text))
 _SCHEMAS: dict[str, Check] = {
-    STATE_FORMAT: _record({"format": _text, **_COMMON, "dataset": _record(_DATASET)}),
+    STATE_FORMAT: _record(
+        {
+            "format": _text,
+            **_COMMON,
+            "skip_batches": _skip_ranges,
+            "dataset": _record(_DATASET_V3),
+        }
+    ),
+    PRE_QUARANTINE_FORMAT: _record({"format": _text, **_COMMON, "dataset": _record(_DATASET)}),
     OLD_STATE_FORMAT: _record({"format": _text, **_COMMON, "dataset": _record(_DATASET_V1)}),
 }
 
@@ -176,9 +209,14 @@ def validate_state(state: Any) -> dict[str, Any]:
     kind = state["format"]
     if not isinstance(kind, str) or kind not in _SCHEMAS:
         _bad(
-            ("format",), kind, f"{STATE_FORMAT!r} (or {OLD_STATE_FORMAT!r} from earlier tokenloom)"
+            ("format",),
+            kind,
+            f"{STATE_FORMAT!r} (or {PRE_QUARANTINE_FORMAT!r}, {OLD_STATE_FORMAT!r} from "
+            "earlier tokenloom)",
         )
     checked: dict[str, Any] = _SCHEMAS[kind]((), state)
+    checked.setdefault("skip_batches", [])  # earlier formats skipped and blocked nothing
+    checked["dataset"].setdefault("blocked_documents", None)
     if checked["data_parallel_rank"] >= checked["data_parallel_size"]:
         _bad(
             ("data_parallel_rank",),
