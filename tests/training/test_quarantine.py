@@ -233,3 +233,15 @@ def test_cyclic_range_across_an_epoch_boundary(train: Any) -> None:
     tail = steps(resumed, 20)
     assert same(head + tail, expected(base, set(range(55, 65)), 74))
     assert resumed.consumed_samples == (74 + 10) * 4
+
+
+def test_a_state_from_before_the_quarantine_loads_as_skipping_nothing(train: Any) -> None:
+    first = loader(train)
+    head = steps(first, 3)
+    old = {k: v for k, v in first.state_dict().items() if k != "skip_batches"}
+    old["format"] = "tokenloom.training.loader/2"
+    old["dataset"] = {k: v for k, v in old["dataset"].items() if k != "blocked_documents"}
+    resumed = loader(train, skip_batches=[(5, 6)])
+    resumed.load_state_dict(old)
+    base = steps(loader(train), 10)
+    assert same(head + steps(resumed, 5), base[:5] + base[6:9])
