@@ -248,3 +248,24 @@ def test_a_state_from_before_the_quarantine_loads_as_skipping_nothing(train: Any
     resumed.load_state_dict(old)
     base = steps(loader(train), 10)
     assert same(head + steps(resumed, 5), base[:5] + base[6:9])
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("kind", ["single", "cyclic"])
+def test_gloo_ranks_skip_the_same_steps_across_a_restart(tmp_path: Path, kind: str) -> None:
+    """DP 2 on a real gloo group (rank 1 with a DataLoader worker): every rank's batches
+    are the unskipped run's at every served step, before and after a restart."""
+    from tests.support import distributed_harness as harness
+
+    prefix = write_corpus(tmp_path / "a", 300, seed=3)
+    results = harness.launch(
+        str(Path(__file__).with_name("_quarantine_worker.py")),
+        kind,
+        tmp_path,
+        2,
+        timeout=200,
+        env_extra={"QUARANTINE_PREFIX": prefix},
+    )
+    assert [r["same"] for r in results] == [True, True]
+    assert results[0]["served"] == results[1]["served"]  # gathered over gloo
