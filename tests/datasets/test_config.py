@@ -80,6 +80,7 @@ def test_megatron_field_names_and_order():
         "return_cu_seqlens",
         "return_document_ranges",
         "object_storage_config",
+        "max_open_bin_files",
     ]
     derived = {f.name for f in dataclasses.fields(GPTDatasetConfig) if not f.init}
     assert derived == {"split_matrix", "mock", "token_dtype_code"}
@@ -247,3 +248,14 @@ def test_build_on_all_ranks_is_on_by_default_and_a_bool():
     )
     with pytest.raises(ConfigError, match="build_on_all_ranks='yes': must be True or False"):
         gpt(build_on_all_ranks="yes")
+
+
+def test_max_open_bin_files_is_keyword_only_with_a_low_default_and_validated():
+    from tokenloom.format.bin_pool import DEFAULT_MAX_OPEN_BIN_FILES
+
+    field = {f.name: f for f in dataclasses.fields(GPTDatasetConfig)}["max_open_bin_files"]
+    assert field.kw_only and gpt().max_open_bin_files == DEFAULT_MAX_OPEN_BIN_FILES == 256
+    assert gpt(max_open_bin_files=3).max_open_bin_files == 3
+    for bad in (0, -1, 2.5, "8", None, True):
+        with pytest.raises(ConfigError, match=r"max_open_bin_files=.*must be an integer >= 1"):
+            gpt(max_open_bin_files=bad)

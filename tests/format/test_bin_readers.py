@@ -14,8 +14,8 @@ from tokenloom.format import (
     FileBinReader,
     IndexedDataset,
     MMapBinReader,
-    bin_readers,
     make_bin_reader,
+    pread_reader,
 )
 
 
@@ -42,7 +42,7 @@ class FlakyReader(FileBinReader):
 
 def test_file_reader_retries_with_exponential_back_off(bin_file, monkeypatch):
     sleeps = []
-    monkeypatch.setattr(bin_readers.time, "sleep", sleeps.append)
+    monkeypatch.setattr(pread_reader.time, "sleep", sleeps.append)
     reader = FlakyReader(bin_file, failures=3, num_max_retries=3, sleep_duration_start=0.5)
     assert reader.read(numpy.int32, 3, 40).tolist() == [10, 11, 12]
     assert sleeps == [0.5, 1.0, 2.0]
@@ -50,7 +50,7 @@ def test_file_reader_retries_with_exponential_back_off(bin_file, monkeypatch):
 
 def test_file_reader_gives_up_after_bounded_retries(bin_file, monkeypatch):
     sleeps = []
-    monkeypatch.setattr(bin_readers.time, "sleep", sleeps.append)
+    monkeypatch.setattr(pread_reader.time, "sleep", sleeps.append)
     reader = FlakyReader(bin_file, failures=10, num_max_retries=2, sleep_duration_start=1)
     with pytest.raises(OSError, match="injected"):
         reader.read(numpy.int32, 3, 40)
@@ -58,7 +58,7 @@ def test_file_reader_gives_up_after_bounded_retries(bin_file, monkeypatch):
 
 
 def test_short_read_is_a_format_error_without_retry(bin_file, monkeypatch):
-    monkeypatch.setattr(bin_readers.time, "sleep", lambda s: pytest.fail("retried a short read"))
+    monkeypatch.setattr(pread_reader.time, "sleep", lambda s: pytest.fail("retried a short read"))
     for reader in (FileBinReader(bin_file), MMapBinReader(bin_file)):
         with pytest.raises(FormatError, match="t.bin: data file too short"):
             reader.read(numpy.int32, 10, 380)

@@ -38,7 +38,7 @@ import numpy
 
 from tokenloom.atomic import atomic_open
 from tokenloom.cache.keys import CacheKey, describe, description_hash
-from tokenloom.format._mapping import map_readonly
+from tokenloom.format._mapping import map_or_read
 from tokenloom.untrusted_json import loads_json
 
 __all__ = [
@@ -260,7 +260,7 @@ def open_arrays(
             array = numpy.zeros(shape, dtype=dtype)
         elif mmap:
             if mapped is None:
-                mapped = map_readonly(handle, start + data_bytes)
+                mapped = map_or_read(handle, start + data_bytes)
             array = numpy.frombuffer(
                 mapped,
                 dtype=dtype,

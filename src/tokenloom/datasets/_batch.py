@@ -116,7 +116,7 @@ class BatchInputs:
         self.width: Optional[int] = None
         self.bound: object = arrays
         self.count = count
-        self.kernel_args: Optional[tuple[numpy.ndarray, ...]] = None
+        self._rest: Optional[tuple[numpy.ndarray, ...]] = None
         self.params = numpy.zeros(7, dtype=numpy.int64)
         if source.tokens is None:
             return
@@ -124,8 +124,7 @@ class BatchInputs:
             self.params = kernel_params(maker, source)
         except (TypeError, OverflowError, ValueError):  # e.g. a tokenizer without EOD
             return
-        self.kernel_args = (
-            source.tokens,
+        self._rest = (
             source.pointers,
             source.lengths,
             read_only(document_index),
@@ -138,6 +137,18 @@ class BatchInputs:
         if self.width is None:
             self.width = range_width(self.sample_index)
         return self.width
+
+    @property
+    def kernel_args(self) -> Optional[tuple[numpy.ndarray, ...]]:
+        """The kernel's first six arguments now (the ``.bin`` looked up at each call:
+        the pool may evict it between calls), or None."""
+        rest = self._rest
+        tokens = None if rest is None else self.source.current()
+        return None if tokens is None or rest is None else (tokens, *rest)
+
+    @kernel_args.setter
+    def kernel_args(self, value: Optional[tuple[numpy.ndarray, ...]]) -> None:
+        self._rest = None if value is None else value[1:]
 
 
 def reference_rows(
@@ -173,7 +184,8 @@ def fill_rows(
     make_inputs: Optional[Callable[[], BatchInputs]] = read_attribute(dataset, "batch_inputs", None)
     module = KERNELS.get("batch") if make_inputs is not None and len(positions) else None
     inputs = make_inputs() if module is not None and make_inputs is not None else None
-    if module is None or inputs is None or inputs.kernel_args is None:
+    args = None if inputs is None else inputs.kernel_args  # held for this call only
+    if module is None or inputs is None or args is None:
         reference_rows(dataset, positions, dest, out)
         if attribution is not None:
             attribution.fill_reference(dataset, positions, dest, out["loss_mask"], source)
@@ -181,7 +193,7 @@ def fill_rows(
     extras = NO_ATTRIBUTION if attribution is None else (*attribution.kernel_args, source)
     status = int(
         module.fill_batch(
-            *inputs.kernel_args,
+            *args,
             positions,
             dest,
             inputs.params,

@@ -170,8 +170,9 @@ def _kernel_fetch(
     argument types (:func:`tokenloom.kernels.compiled_entry`; every array passed is one
     bound here or a fresh ``numpy.empty`` made the same way)."""
     source, document_index, sample_index, shuffle_index, params, seq = arguments
-    arrays: tuple[Any, ...] = (source.tokens, source.pointers, source.lengths)
-    arrays += (document_index, sample_index, shuffle_index)  # fill_sample's first six
+    current = source.current  # the .bin now (the pool may evict it between calls)
+    arrays: tuple[Any, ...] = (source.pointers, source.lengths)
+    arrays += (document_index, sample_index, shuffle_index)  # fill_sample's 2nd to 6th
     empty, int64, float32 = numpy.empty, numpy.int64, numpy.float32
     kernel: Optional[Callable[..., Any]] = None
     served = 0
@@ -183,12 +184,15 @@ def _kernel_fetch(
             if kernel is None:
                 served += 1
                 return slow(idx)
+        tokens = current()
+        if tokens is None:  # the mapping was refused: read by pread
+            return slow(idx)
         k = 0
         if idx is not None:  # the common case inline, the rest (and errors) validated
             k = idx if type(idx) is int and 0 <= idx < count else sample_position(idx, count)
         out_tokens, out_labels = empty(seq, int64), empty(seq, int64)
         loss_mask, position_ids = empty(seq, float32), empty(seq, int64)
-        bad = kernel(*arrays, k, params, out_tokens, out_labels, loss_mask, position_ids)
+        bad = kernel(tokens, *arrays, k, params, out_tokens, out_labels, loss_mask, position_ids)
         if bad:
             raise source.bad_document(-1 - bad)
         if idx is None:

@@ -34,8 +34,8 @@ class TokenSource:
         dataset: the low-level dataset (``IndexedDataset``, or any object with
             ``sequence_lengths`` and ``get(idx, offset, length)``).
         lengths: read-only sequence lengths.
-        tokens: the read-only mmapped ``.bin`` as one token array, or None (then every
-            read goes through ``dataset.get``).
+        tokens: the read-only mmapped ``.bin`` as one token array now, or None (then
+            every read goes through ``dataset.get``); ``current()`` gives the same.
         pointers: read-only byte offsets of the sequences in ``tokens`` (empty without).
         itemsize: bytes per token of ``tokens`` (0 without).
         kernel: ``gather_text`` once loaded, else None.
@@ -47,23 +47,32 @@ class TokenSource:
         self.lengths: Array = read_only(numpy.asarray(dataset.sequence_lengths))
         tokens = read_attribute(dataset, "tokens", None)
         multimodal = read_attribute(dataset, "multimodal", False)
-        self.tokens: Optional[Array] = None if multimodal or tokens is None else read_only(tokens)
+        tokens = None if multimodal or tokens is None else read_only(tokens)
         self.pointers: Array = numpy.empty(0, dtype=numpy.int64)
-        self.itemsize = 0
+        self.itemsize = self.nbytes = 0
         self.value_range: Optional[tuple[int, int]] = None
-        if self.tokens is not None:
+        self.current: Callable[[], Optional[Array]] = _none
+        if tokens is not None:
+            self.current = _current_view(dataset, tokens)
             self.pointers = read_only(numpy.asarray(dataset.sequence_pointers))
-            self.itemsize = self.tokens.dtype.itemsize
-            if self.tokens.dtype.kind in "iu":
-                info = numpy.iinfo(self.tokens.dtype)
+            self.itemsize, self.nbytes = tokens.dtype.itemsize, tokens.nbytes
+            if tokens.dtype.kind in "iu":
+                info = numpy.iinfo(tokens.dtype)
                 self.value_range = (int(info.min), int(info.max))
         self.kernel: Optional[Callable[..., Any]] = None
         self.sample_kernel: Optional[Callable[..., Any]] = None
 
     @property
+    def tokens(self) -> Optional[Array]:
+        """The whole ``.bin`` as one read-only token array now (mapped again if the
+        ``.bin`` pool evicted it), or None: read through ``dataset.get``. Not kept: a
+        held view would keep its mapping alive past eviction."""
+        return self.current()
+
+    @property
     def may_use_kernels(self) -> bool:
         """Whether the numba kernels can serve this source (once loaded)."""
-        return self.tokens is not None and KERNELS.available()
+        return self.current is not _none and KERNELS.available()
 
     def use_kernels(self, gather_text: Callable[..., Any], fill_sample: Callable[..., Any]) -> None:
         """Publish the loaded kernels (``gather_text`` first: ``fill_sample`` being set
@@ -73,16 +82,17 @@ class TokenSource:
 
     def part(self, doc: int, offset: int, length: int) -> Array:
         """``length`` tokens of document ``doc`` from ``offset``."""
-        if self.tokens is not None:
+        tokens = self.current()
+        if tokens is not None:
             pointer = int(self.pointers[doc])
             if (
                 pointer < 0
                 or pointer % self.itemsize
-                or pointer // self.itemsize + int(self.lengths[doc]) > self.tokens.shape[0]
+                or pointer // self.itemsize + int(self.lengths[doc]) > tokens.shape[0]
             ):
                 raise self.bad_document(doc)
             start = pointer // self.itemsize + offset
-            return self.tokens[start : start + length]
+            return tokens[start : start + length]
         return cast(Array, self.dataset.get(doc, offset=offset, length=length))
 
     def bad_document(self, doc: int) -> FormatError:
@@ -92,7 +102,7 @@ class TokenSource:
             f"{prefix}.idx: sequence {doc} has pointer {int(self.pointers[doc])} and length "
             f"{int(self.lengths[doc])}, which is negative, not a multiple of the "
             f"{self.itemsize}-byte dtype or past the end of the "
-            f"{0 if self.tokens is None else self.tokens.nbytes}-byte "
+            f"{self.nbytes}-byte "
             f"{prefix}.bin; the .idx is corrupt or belongs to another .bin: rebuild the pair"
         )
 
@@ -112,10 +122,11 @@ class TokenSource:
         out: Array,
     ) -> int:
         """Copy sample ``row``'s tokens into ``out``, pad the rest; return the data count."""
-        if self.kernel is not None:
+        tokens = self.current() if self.kernel is not None else None
+        if tokens is not None and self.kernel is not None:
             filled = int(
                 self.kernel(
-                    self.tokens,
+                    tokens,
                     self.pointers,
                     self.itemsize,
                     self.lengths,
@@ -155,3 +166,17 @@ class TokenSource:
         counts[0] -= begin_offset
         counts[-1] = end_offset + extra - (begin_offset if begin == end else 0)
         return counts
+
+
+def _none() -> None:
+    return None
+
+
+def _current_view(dataset: Any, tokens: Array) -> Callable[[], Optional[Array]]:
+    """What gives the whole ``.bin`` now: the pooled reader's ``current`` (its dtype set
+    by ``dataset.tokens``), or, for a dataset without one, the array it gave."""
+    reader = read_attribute(dataset, "bin_reader", None)
+    current = read_attribute(reader, "current", None)
+    if callable(current) and read_attribute(reader, "size", -1) // tokens.itemsize == len(tokens):
+        return cast(Callable[[], Optional[Array]], current)
+    return lambda: tokens

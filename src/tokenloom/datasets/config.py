@@ -326,6 +326,13 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     msc:// prefixes (chunk size, read-ahead, cached chunks, endpoint, retries); its
     ``path_to_idx_cache`` is replaced by ``object_storage_cache_path`` when that is set."""
 
+    max_open_bin_files: int = field(default=256, kw_only=True)
+    """tokenloom extension (keyword only): the most ``.bin`` files this process keeps
+    mapped or open at once (an integer >= 1; default 256, well below ``ulimit -n`` 1,024
+    and filesystem mmap quotas). The least recently used is closed and reopens on its
+    next read; the process-wide pool takes the value of the last dataset built
+    (:mod:`tokenloom.format.bin_pool`, docs/reliability.md)."""
+
     def __post_init__(self) -> None:
         """Validate the GPT fields and derive ``token_dtype_code``."""
         super().__post_init__()
@@ -348,6 +355,7 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
         ):
             checks.check_bool(name, getattr(self, name))
         checks.check_int("data_parallel_size", self.data_parallel_size, 1)
+        checks.check_int("max_open_bin_files", self.max_open_bin_files, 1)
         checks.check_int("sequence_parallel_size", self.sequence_parallel_size, 0)
         if self.context_parallel_size is not None:
             checks.check_int("context_parallel_size", self.context_parallel_size, 1)

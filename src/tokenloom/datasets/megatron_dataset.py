@@ -21,6 +21,7 @@ from tokenloom.attributes import read_attribute
 from tokenloom.datasets.config import BlendedMegatronDatasetConfig
 from tokenloom.datasets.split import Split
 from tokenloom.errors import ConfigError
+from tokenloom.format.bin_pool import BIN_POOL
 
 __all__ = ["MegatronDataset", "PAD_TOKEN_ID", "resolve_pad_token_id", "tokenizer_identity"]
 
@@ -94,6 +95,9 @@ class MegatronDataset(MegatronDescription, ABC):
         self.num_samples = None if num_samples is None else int(num_samples)
         self.index_split = index_split
         self.config = config
+        bound = read_attribute(config, "max_open_bin_files", None)
+        if bound is not None:  # GPTDatasetConfig's: the process-wide .bin pool's bound
+            BIN_POOL.resize(bound)
 
         self.unique_identifiers: OrderedDict[str, Any] = OrderedDict()
         self.unique_identifiers["class"] = type(self).__name__

@@ -12,11 +12,20 @@ closes). Elsewhere it falls back to ``mmap.mmap``.
 Every mapping made here is recorded in ``tokenloom.format.sigbus.REPORTER`` while it is
 mapped, so that a process killed by SIGBUS on it (the file shrank under the mapping)
 first names the file (see that module).
+
+A refused mapping (``EPERM``/``ENOMEM``/``EACCES``/``ENODEV``: a filesystem's mmap
+quota, ``vm.max_map_count``) is an ``OSError`` that :func:`refused` recognises; the
+callers then read the file instead (:func:`map_or_read` for small files, the ``.bin``
+readers by ``pread``). :data:`MAPS` counts the live mappings made here; the
+environment variable ``TOKENLOOM_MMAP_QUOTA=N`` (tests, benchmarks) makes
+:func:`map_readonly` refuse with ``EPERM`` past ``N`` live mappings, as such a quota does.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
+import logging
 import mmap
 import os
 import sys
@@ -29,11 +38,16 @@ import numpy.typing as npt
 
 from tokenloom.attributes import read_attribute
 from tokenloom.format.sigbus import REPORTER
-from tokenloom.process_caches import register_state
+from tokenloom.process_caches import ONE_TIME_NOTICES, register_state
 
 __all__ = [
     "map_readonly",
     "map_array",
+    "map_or_read",
+    "refused",
+    "warn_refused",
+    "MapCount",
+    "MAPS",
     "release",
     "holds_descriptor",
     "LiveMappings",
@@ -50,6 +64,61 @@ _UnmapFn = Callable[[int, int], int]
 
 class _HasFileno(Protocol):
     def fileno(self) -> int: ...
+
+
+logger = logging.getLogger(__name__)
+QUOTA_VARIABLE = "TOKENLOOM_MMAP_QUOTA"
+_REFUSALS = frozenset({errno.EPERM, errno.ENOMEM, errno.EACCES, errno.ENODEV})
+
+
+class MapCount:
+    """How many mappings made by :func:`map_readonly` are live in this process (a
+    counter; a forked child inherits the parent's mappings, so it keeps the count)."""
+
+    def __init__(self) -> None:
+        self.live = 0
+        self.refused = 0
+
+    def opened(self) -> None:
+        """One more live mapping."""
+        self.live += 1
+
+    def closed(self) -> None:
+        """One mapping fewer."""
+        self.live -= 1
+
+    def check_quota(self, path: object) -> None:
+        """OSError(EPERM) when ``TOKENLOOM_MMAP_QUOTA`` is set and reached (simulates a
+        filesystem's mmap quota)."""
+        quota = os.environ.get(QUOTA_VARIABLE)
+        if quota and self.live >= int(quota):
+            self.refused += 1
+            raise OSError(errno.EPERM, f"cannot memory-map {path}: mmap quota {quota} reached")
+
+
+#: the live mappings of this process (see :class:`MapCount`)
+MAPS = MapCount()
+
+
+def refused(error: OSError) -> bool:
+    """Whether ``error`` is a refused mapping (quota, memory), not a missing file."""
+    return error.errno in _REFUSALS
+
+
+def warn_refused(path: object, error: OSError, fallback: str) -> None:
+    """Log once per process that a mapping was refused and files are read instead
+    (later refusals at DEBUG: a blend of thousands of files would repeat it)."""
+    if ONE_TIME_NOTICES.get("mmap_refused"):
+        logger.debug("%s: mmap refused (%s); %s", path, error, fallback)
+        return
+    ONE_TIME_NOTICES.put("mmap_refused", True)
+    logger.warning(
+        "%s: memory-mapping refused (%s); %s. Further refused files fall back silently "
+        "(lower GPTDatasetConfig(max_open_bin_files=...) or raise the filesystem's quota)",
+        path,
+        error,
+        fallback,
+    )
 
 
 def _libc_mmap() -> Optional[tuple[_MapFn, _UnmapFn]]:
@@ -89,6 +158,7 @@ class _Mapping:
     def __init__(self, address: int, size: int, unmap: _UnmapFn, path: object) -> None:
         self._address, self._size, self._unmap = address, size, unmap
         self._record = REPORTER.register(address, size, path)
+        MAPS.opened()
         self.__array_interface__ = {
             "data": (address, True),
             "shape": (size,),
@@ -99,6 +169,7 @@ class _Mapping:
     def __del__(self) -> None:
         REPORTER.unregister(*self._record)  # before the range can be mapped again
         self._unmap(self._address, self._size)
+        MAPS.closed()
 
 
 def map_readonly(handle: _HasFileno, size: int) -> Buffer:
@@ -106,6 +177,7 @@ def map_readonly(handle: _HasFileno, size: int) -> Buffer:
     handle can be closed at once: the mapping holds no descriptor (see module doc)."""
     fd = handle.fileno()
     path = read_attribute(handle, "name", fd)
+    MAPS.check_quota(path)
     if sys.version_info >= (3, 13):  # _TRACKFD, spelt so that type checkers see the version
         return _recorded(mmap.mmap(fd, size, access=mmap.ACCESS_READ, trackfd=False), path)
     if _LIBC is None:
@@ -132,7 +204,31 @@ def _recorded(buffer: mmap.mmap, path: object) -> mmap.mmap:
     if len(buffer):
         record = REPORTER.register(_address_of(buffer), len(buffer), path)
         weakref.finalize(buffer, REPORTER.unregister, *record)
+        MAPS.opened()
+        weakref.finalize(buffer, MAPS.closed)
     return buffer
+
+
+def map_or_read(handle: _HasFileno, size: int) -> Buffer:
+    """:func:`map_readonly`, or the whole file read into memory (a read-only ``uint8``
+    array) when the mapping is refused (:func:`refused`): for small files (``.idx``,
+    index-cache entries) whose readers need their bytes, not a mapping."""
+    try:
+        return map_readonly(handle, size)
+    except OSError as error:
+        if not refused(error):
+            raise
+        path = read_attribute(handle, "name", "?")
+        warn_refused(path, error, "reading the file into memory instead")
+    data = numpy.empty(size, dtype=numpy.uint8)
+    done, fd = 0, handle.fileno()
+    while done < size:
+        got = os.preadv(fd, [data.data[done:]], done)
+        if got <= 0:
+            break
+        done += got
+    data.flags.writeable = False
+    return data[:done]
 
 
 def release(buffer: Union[Buffer, bytes]) -> None:
@@ -225,4 +321,11 @@ register_state(
     "by fork (nothing to reset: it holds only what is open)",
     None,
     after_fork_in_child=LIVE_MAPPINGS.recheck_after_fork,
+)
+register_state(
+    MAPS,
+    "format._mapping: the count of live mappings",
+    "how many mappings made by map_readonly are live (checked against TOKENLOOM_MMAP_QUOTA); "
+    "nothing to reset: it counts what is mapped",
+    None,
 )

@@ -3,7 +3,9 @@
 Every reader implements :class:`BinReader`.  :func:`make_bin_reader` picks one for a
 local file from the ``IndexedDataset`` arguments.  ``s3://`` and ``msc://`` pairs take
 one other path, :mod:`tokenloom.format.remote`, whose reader
-(:class:`tokenloom.storage.ObjectBinReader`) implements the same interface.
+(:class:`tokenloom.storage.ObjectBinReader`) implements the same interface. Both local
+readers are members of :data:`tokenloom.format.bin_pool.BIN_POOL`, which bounds the
+mappings and descriptors open at once.
 """
 
 from __future__ import annotations
@@ -12,94 +14,77 @@ import io
 import logging
 import os
 import threading
-import time
-from abc import ABC, abstractmethod
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy
 import numpy.typing as npt
 
 from tokenloom.errors import ConfigError, FormatError
-from tokenloom.format._mapping import LIVE_MAPPINGS, Buffer, map_readonly, release
-from tokenloom.format.spec import MissingFileError, open_regular_file
+from tokenloom.format._mapping import (
+    LIVE_MAPPINGS,
+    Buffer,
+    map_readonly,
+    refused,
+    release,
+    warn_refused,
+)
+from tokenloom.format.bin_base import (
+    GUARDED_TAIL,
+    BinReader,
+    open_data_file,
+    reopen_same,
+    short_read,
+    stat_identity,
+)
+from tokenloom.format.bin_pool import BIN_POOL
+from tokenloom.format.pread_reader import FileBinReader
 
 logger = logging.getLogger(__name__)
 
-_MAX_OFFSET = (1 << 63) - 1  # beyond this seek() fails with EINVAL (retrying cannot help)
-_GUARDED_TAIL = 1 << 16  # reads ending in the last 64 KiB of a mapping re-check its size
-
-
-class BinReader(ABC):
-    """Reads tokens out of one ``.bin`` file by byte offset."""
-
-    path: str
-    #: reads that end beyond this byte call :meth:`verify_size` first (only memory maps
-    #: guard their tail; the others never need to)
-    guard_from: int = _MAX_OFFSET
-
-    def verify_size(self) -> None:
-        """FormatError naming the file when reading it further could crash the process
-        (a mapped file that shrank); a no-op for readers that cannot crash."""
-        return None
-
-    @abstractmethod
-    def read(self, dtype: npt.DTypeLike, count: int, offset: int) -> npt.NDArray[Any]:
-        """Return ``count`` items of ``dtype`` starting at byte ``offset``.
-
-        Raises FormatError when the file holds fewer bytes than asked for.
-        """
-
-    @property
-    def size(self) -> Optional[int]:
-        """Size of the file in bytes, or None when unknown without a round trip."""
-        return None
-
-    def tokens(self, dtype: npt.DTypeLike) -> Optional[npt.NDArray[Any]]:
-        """1-D read-only view of the whole file, or None when the reader has no such view."""
-        return None
-
-    def close(self) -> None:  # noqa: B027 - optional hook: most readers hold nothing to release
-        """Release resources; arrays already handed out stay valid."""
-
-
-def _short_read(path: str, count: int, offset: int, itemsize: int, got_bytes: int) -> FormatError:
-    return FormatError(
-        f"{path}: data file too short: reading {count} tokens ({count * itemsize} bytes) at byte "
-        f"offset {offset} returned only {got_bytes} bytes; the .bin is truncated or does not "
-        "belong to this .idx"
-    )
-
-
-def _open_existing(path: str) -> io.FileIO:
-    return open_regular_file(path, "data", buffering=0)
-
 
 class MMapBinReader(BinReader):
-    """Memory-maps the ``.bin`` file once; reads are zero-copy views.
+    """Memory-maps the ``.bin`` file at open; reads are zero-copy views.
 
-    Views keep the mapping alive: ``close()`` only drops this reader's reference,
-    the memory is unmapped when the last view is garbage collected.
+    The mapping is one member of :data:`~tokenloom.format.bin_pool.BIN_POOL`: evicted
+    when unused, mapped again on the next read (the file checked to be the same). A
+    refused mapping (an mmap quota) falls back to ``pread`` for this file, with one
+    warning per process. Views keep their mapping alive: eviction and ``close()`` only
+    drop this reader's reference, the memory is unmapped when the last view is collected.
     """
-
-    _buffer: Union[Buffer, bytes]
 
     def __init__(self, bin_path: str) -> None:
         self.path = bin_path
         self.failure: Optional[FormatError] = None
-        with _open_existing(bin_path) as handle:
+        self.stamp = next(BIN_POOL.clock)
+        self._lock = threading.Lock()
+        self._buffer: Optional[Buffer] = None
+        self._typed: Optional[npt.NDArray[Any]] = None  # the whole file as ``_dtype``
+        self._dtype: numpy.dtype[Any] = numpy.dtype(numpy.uint8)
+        self._fallback: Optional[FileBinReader] = None
+        with open_data_file(bin_path) as handle:
             stat = os.fstat(handle.fileno())
             self._size, self._file = stat.st_size, (stat.st_dev, stat.st_ino)
-            if self._size:
-                self._buffer = map_readonly(handle, self._size)  # no descriptor kept
-            else:
-                self._buffer = b""
-        self.guard_from = max(0, self._size - _GUARDED_TAIL)
+            self._known = stat_identity(stat)
+            fresh = self._map_locked(handle)  # mapped at open, as before the pool
+        self.guard_from = max(0, self._size - GUARDED_TAIL)
         LIVE_MAPPINGS.add(self)
+        if fresh:
+            BIN_POOL.admit(self)
 
     @property
     def size(self) -> int:
         """Size of the file in bytes."""
         return self._size
+
+    @property
+    def mapped(self) -> bool:
+        """Whether the file is mapped now (False: evicted, never read, or read by pread)."""
+        return self._buffer is not None
+
+    @property
+    def reads_by_pread(self) -> bool:
+        """Whether the mapping was refused and the file is read with ``pread``."""
+        return self._fallback is not None
 
     def verify_size(self) -> None:
         """FormatError naming the file when the mapped file shrank (one ``stat``).
@@ -126,27 +111,101 @@ class MMapBinReader(BinReader):
         except FormatError as error:
             logger.error("%s", error)
 
+    def current(self) -> Optional[npt.NDArray[Any]]:
+        """The whole file as the dtype last given to :meth:`tokens` (mapped again if it
+        was evicted), or None when it is read by ``pread``: the hot path's accessor."""
+        self.stamp = next(BIN_POOL.clock)
+        typed = self._typed
+        return self._remap() if typed is None else typed
+
+    def _remap(self) -> Optional[npt.NDArray[Any]]:
+        with self._lock:
+            fresh = self._typed is None and self._map_locked()
+            typed = self._typed
+        if fresh:
+            BIN_POOL.admit(self)
+        return typed
+
+    def _map_locked(self, handle: Optional[io.FileIO] = None) -> bool:
+        """Map the file (under ``_lock``, or in ``__init__`` with its ``handle``);
+        whether a new mapping joined the pool."""
+        fresh = False
+        if self._buffer is None and self._size and self._fallback is None:
+            if handle is None:
+                with reopen_same(self.path, self._known) as again:
+                    fresh = self._map_handle(again)
+            else:
+                fresh = self._map_handle(handle)
+        buffer = self._buffer
+        if buffer is not None or not self._size:
+            count = self._size // self._dtype.itemsize
+            self._typed = numpy.frombuffer(
+                b"" if buffer is None else buffer, dtype=self._dtype, count=count
+            )
+        return fresh
+
+    def _map_handle(self, handle: io.FileIO) -> bool:
+        try:
+            self._buffer = map_readonly(handle, self._size)  # no descriptor kept
+            return True
+        except OSError as error:
+            if not refused(error):
+                raise
+            warn_refused(self.path, error, "reading it with pread instead")
+            self._fallback = FileBinReader(self.path, known=self._known)
+            return False
+
     def read(self, dtype: npt.DTypeLike, count: int, offset: int) -> npt.NDArray[Any]:
-        """Return a read-only view of ``count`` tokens at byte ``offset``."""
+        """Return a read-only view of ``count`` tokens at byte ``offset`` (a fresh array
+        when the file is read by ``pread``)."""
         dtype = numpy.dtype(dtype)
         if offset < 0 or count < 0 or offset + count * dtype.itemsize > self._size:
             got = max(0, min(self._size - offset, count * dtype.itemsize))
-            raise _short_read(self.path, count, offset, dtype.itemsize, got)
+            raise short_read(self.path, count, offset, dtype.itemsize, got)
         if offset + count * dtype.itemsize > self.guard_from:
             self.verify_size()
-        return numpy.frombuffer(self._buffer, dtype=dtype, count=count, offset=offset)
+        self.stamp = next(BIN_POOL.clock)
+        buffer = self._buffer
+        if buffer is None:
+            self._remap()
+            buffer, fallback = self._buffer, self._fallback
+            if buffer is None and fallback is not None:
+                return fallback.read(dtype, count, offset)
+        return numpy.frombuffer(
+            b"" if buffer is None else buffer, dtype=dtype, count=count, offset=offset
+        )
 
-    def tokens(self, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
-        """Read-only view of the whole file as ``dtype`` (a trailing partial item is dropped)."""
+    def tokens(self, dtype: npt.DTypeLike) -> Optional[npt.NDArray[Any]]:
+        """Read-only view of the whole file as ``dtype`` (a trailing partial item is
+        dropped), or None when the file is read by ``pread``. Hold it only while reading:
+        a held view keeps its mapping alive past eviction."""
         dtype = numpy.dtype(dtype)
-        return numpy.frombuffer(self._buffer, dtype=dtype, count=self._size // dtype.itemsize)
+        if dtype != self._dtype:
+            with self._lock:
+                self._dtype, self._typed = dtype, None
+        return self.current()
+
+    def evict(self) -> None:
+        """Drop the mapping (the pool's eviction); the next read maps the file again."""
+        with self._lock:
+            buffer, self._buffer, self._typed = self._buffer, None, None
+        if buffer is not None:
+            release(buffer)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: nothing (an inherited mapping stays valid and holds no
+        descriptor; a ``pread`` fallback is a pool member of its own)."""
 
     def close(self) -> None:
         """Drop the mapping; it is unmapped now, or when the last view is collected."""
-        buffer, self._buffer = self._buffer, b""
         self._size = 0
+        self.guard_from = max(0, self.guard_from)
         LIVE_MAPPINGS.discard(self)
-        release(buffer)
+        BIN_POOL.leave(self)
+        self.evict()
+        fallback, self._fallback = self._fallback, None
+        if fallback is not None:
+            fallback.close()
 
 
 def _shrunk(path: str, mapped: int, now: int) -> FormatError:
@@ -158,102 +217,6 @@ def _shrunk(path: str, mapped: int, now: int) -> FormatError:
         "writers do), or read with mmap_bin_files=False (IndexedDataset(mmap=False)) "
         "where files may change under a running job"
     )
-
-
-class FileBinReader(BinReader):
-    """Reads with seek + readinto on a file handle, retrying ``OSError`` with back-off.
-
-    With the defaults a failing read is tried 4 times, sleeping 10, 20 and 40 s in
-    between (Megatron's policy for flaky network file systems).  A short read is a
-    format error and is not retried.  The handle is reopened after ``fork``.
-    """
-
-    def __init__(
-        self, bin_path: str, num_max_retries: int = 3, sleep_duration_start: float = 10
-    ) -> None:
-        self.path = bin_path
-        self.num_max_retries = int(num_max_retries)
-        self.sleep_duration_start = sleep_duration_start
-        self._lock = threading.Lock()
-        self._handle: Optional[io.FileIO] = None
-        self._pid: Optional[int] = None
-        _open_existing(bin_path).close()  # fail now on a missing/irregular/unreadable file
-
-    @property
-    def size(self) -> int:
-        """Size of the file in bytes."""
-        try:
-            return os.stat(self.path).st_size
-        except FileNotFoundError:
-            raise MissingFileError(f"{self.path}: data file does not exist") from None
-
-    def _read_once(self, out: npt.NDArray[Any], offset: int) -> int:
-        with self._lock:
-            if self._handle is None or self._pid != os.getpid():
-                self._handle = _open_existing(self.path)
-                self._pid = os.getpid()
-            self._handle.seek(offset)
-            view = out.data.cast("B")
-            done = 0
-            while done < view.nbytes:
-                got = self._handle.readinto(view[done:])
-                if not got:
-                    break
-                done += got
-            return done
-
-    def read(self, dtype: npt.DTypeLike, count: int, offset: int) -> npt.NDArray[Any]:
-        """Read ``count`` tokens at byte ``offset`` into a fresh writable array."""
-        itemsize = numpy.dtype(dtype).itemsize
-        if offset < 0 or count < 0 or offset + count * itemsize > _MAX_OFFSET:
-            raise _short_read(self.path, count, offset, itemsize, 0)  # not worth a retry
-        out = numpy.empty(count, dtype=dtype)
-        sleep = self.sleep_duration_start
-        for attempt in range(self.num_max_retries + 1):
-            try:
-                got = self._read_once(out, offset)
-                break
-            except MissingFileError:
-                raise
-            except OSError as error:
-                self._drop_handle()
-                if attempt == self.num_max_retries:
-                    raise
-                logger.warning(
-                    "%s: read attempt %d/%d failed (%s); retrying in %ss",
-                    self.path,
-                    attempt + 1,
-                    self.num_max_retries + 1,
-                    error,
-                    sleep,
-                )
-                time.sleep(sleep)
-                sleep *= 2
-        if got != out.nbytes:
-            raise _short_read(self.path, count, offset, out.itemsize, got)
-        return out
-
-    def _drop_handle(self) -> None:
-        with self._lock:
-            handle, self._handle = self._handle, None
-        if handle is not None:
-            try:
-                handle.close()
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        """Close the file handle (a later read reopens it)."""
-        self._drop_handle()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.update(_handle=None, _pid=None, _lock=None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
 
 def storage_scheme(path: str) -> Optional[str]:

@@ -12,7 +12,7 @@ from typing import Optional, Union
 import numpy
 
 from tokenloom.errors import FormatError
-from tokenloom.format._mapping import map_readonly, release
+from tokenloom.format._mapping import map_or_read, release
 from tokenloom.format.dtypes import DType
 from tokenloom.format.identity import idx_digest
 from tokenloom.format.spec import (
@@ -90,7 +90,7 @@ def _map_file(path: str) -> tuple[Buffer, os.stat_result]:
         stat = os.fstat(handle.fileno())
         if stat.st_size < HEADER_SIZE:
             return handle.read(), stat
-        return map_readonly(handle, stat.st_size), stat  # holds no descriptor once closed
+        return map_or_read(handle, stat.st_size), stat  # holds no descriptor once closed
 
 
 def _check_expected_header(

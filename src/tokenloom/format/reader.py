@@ -142,7 +142,6 @@ class IndexedDataset:
         self._count = index.header.sequence_count
         self._lengths: Optional[numpy.ndarray] = index.lengths
         self._pointers: Optional[numpy.ndarray] = index.pointers
-        self._tokens: Optional[numpy.ndarray] = reader.tokens(self.dtype)
         self._bin_size = reader.size
         check_bin_size(index, reader, self._itemsize)
         run_open_checks(index, reader.size, reader.path, self._itemsize, fast_cache_load)
@@ -193,7 +192,7 @@ class IndexedDataset:
         """Release the files. Arrays already handed out remain valid."""
         if self._index is None:
             return
-        self._lengths = self._pointers = self._tokens = None
+        self._lengths = self._pointers = None
         self._index.close()
         self.bin_reader.close()
         self._index = None
@@ -283,9 +282,11 @@ class IndexedDataset:
 
     @property
     def tokens(self) -> Optional[numpy.ndarray]:
-        """1-D read-only view of the whole ``.bin`` (mmap mode), None for other readers."""
+        """1-D read-only view of the whole ``.bin`` (mmap mode; mapped again if the pool
+        evicted it), None for other readers (and a refused mapping). Hold it only while
+        reading: a held view keeps its mapping alive past eviction."""
         self._live_index()
-        return self._tokens
+        return self.bin_reader.tokens(self.dtype)
 
     @staticmethod
     def exists(path_prefix: str) -> bool:
@@ -298,10 +299,10 @@ class IndexedDataset:
 
     # -- reading ----------------------------------------------------------------------
     def _read(self, pointer: int, count: int) -> numpy.ndarray:
-        tokens = self._tokens
+        self._live_index()
+        tokens = self.bin_reader.tokens(self.dtype)
         start, misaligned = divmod(pointer, self._itemsize)
         if tokens is None:
-            self._live_index()
             size = self._bin_size
             if (
                 misaligned
