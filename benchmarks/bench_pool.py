@@ -71,6 +71,8 @@ def _time(src: str, root: str, seq: int, n: int, tag: str) -> float:
         text=True,
         check=True,
     )
+    if out.returncode:
+        raise RuntimeError(f"{src}: the timing child failed:\n{out.stderr[-3000:]}")
     return float(out.stdout.strip().splitlines()[-1])
 
 
