@@ -26,6 +26,8 @@ sample index       otherwise                                                ``KE
 shuffle            a C-contiguous writeable 1-D array of 1/2/4/8-byte items  ``KERNEL``
                    with at least ``SHUFFLE_KERNEL_MIN_SIZE`` items, MT19937
 shuffle            otherwise                                                ``NUMPY``
+bijection rows     at least ``BIJECTION_KERNEL_MIN_POSITIONS`` positions      ``KERNEL``
+bijection rows     fewer (``dataset[i]``: one)                              ``REFERENCE``
 ``dataset[i]``     ``fill_sample`` cannot make every field (tokens not      ``GENERAL``
                    memory-mapped, ``return_cu_seqlens``, per-sample
                    attention masks, an EOD or pad id outside int64)
@@ -59,6 +61,7 @@ from tokenloom.attributes import read_attribute
 
 __all__ = [
     "BLEND_NUMPY_MAX_WORK",
+    "BIJECTION_KERNEL_MIN_POSITIONS",
     "BLEND_SCAN_BELOW",
     "FAST",
     "FIXED",
@@ -73,6 +76,7 @@ __all__ = [
     "SHUFFLE_KERNEL_MIN_SIZE",
     "VECTORIZED",
     "WAIT",
+    "bijection_route",
     "blending_route",
     "exhaustive_route",
     "sample_index_route",
@@ -115,6 +119,10 @@ SCHEDULE_REFERENCE_MAX_SAMPLES = 2048
 """Schedule blends of up to this many samples run the reference (no numba load); longer
 ones the schedule scan kernel. Not yet measured (BENCHMARKS.md has no schedule row)."""
 
+BIJECTION_KERNEL_MIN_POSITIONS = 16
+"""Rows of fewer positions of a bijection shuffle are computed in Python (one position
+costs a few microseconds, about what calling a numba kernel costs from Python)."""
+
 GENERAL_SAMPLES_BEFORE_WAIT = 256
 """Samples of a dataset that the general path serves while its kernel loads in the
 background; the next one waits for the load. A reader of many samples is better off
@@ -146,6 +154,12 @@ def exhaustive_route(num_datasets: int, total: int) -> str:
     if total * (num_datasets + _BLEND_NUMPY_OVERHEAD) <= BLEND_NUMPY_MAX_WORK:
         return REFERENCE
     return SCAN if num_datasets < BLEND_SCAN_BELOW else FAST
+
+
+def bijection_route(num_positions: int) -> str:
+    """``KERNEL`` or ``REFERENCE`` for the rows of ``num_positions`` positions of a
+    ``shuffle_mode="bijection"`` shuffle."""
+    return KERNEL if num_positions >= BIJECTION_KERNEL_MIN_POSITIONS else REFERENCE
 
 
 def sample_index_route(document_index: Any) -> str:

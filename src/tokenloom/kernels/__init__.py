@@ -1,9 +1,9 @@
 """Every numba kernel of tokenloom, behind one loader: :data:`KERNELS`.
 
 The kernel modules of this package (``sample_index``, ``blend_scan``, ``blend_fast``,
-``shuffle``, ``batch``, ``permutation``) import numba at their top and are never imported directly:
-callers ask ``KERNELS.get(name)``, which returns the module, or ``None`` when the
-readable reference path must run instead. That happens when
+``shuffle``, ``batch``, ``permutation``, ``bijection``) import numba at their top and
+are never imported directly: callers ask ``KERNELS.get(name)``, which returns the
+module, or ``None`` when the readable reference path must run instead. That happens when
 
 * ``TOKENLOOM_DISABLE_NUMBA`` is set to anything but ``""``/``"0"`` (read here and
   nowhere else, at every call, so tests and users may flip it at run time); or
@@ -68,7 +68,15 @@ __all__ = [
 DISABLE_ENV = "TOKENLOOM_DISABLE_NUMBA"
 """Environment variable: set to ``1`` to run the readable reference kernels."""
 
-KERNEL_MODULES = ("sample_index", "blend_scan", "blend_fast", "shuffle", "batch", "permutation")
+KERNEL_MODULES = (
+    "sample_index",
+    "blend_scan",
+    "blend_fast",
+    "shuffle",
+    "batch",
+    "permutation",
+    "bijection",
+)
 """The numba kernel modules of this package, as ``KERNELS.get`` names them."""
 
 _NUMBA_PARTS = ("numba", "llvmlite")
