@@ -81,6 +81,7 @@ def test_megatron_field_names_and_order():
         "return_document_ranges",
         "object_storage_config",
         "max_open_bin_files",
+        "shuffle_mode",
     ]
     derived = {f.name for f in dataclasses.fields(GPTDatasetConfig) if not f.init}
     assert derived == {"split_matrix", "mock", "token_dtype_code"}
@@ -222,6 +223,8 @@ CASES = {
     ),
     "spd missing prefix": (dict(sequences_per_dataset={"other": [1, 1]}), "no entry"),
     "spd bad file": (dict(sequences_per_dataset="/nonexistent/spd.json"), "not found"),
+    "shuffle mode": (dict(shuffle_mode="feistel"), r"shuffle_mode='feistel' is not one of"),
+    "shuffle mode type": (dict(shuffle_mode=None), "shuffle_mode=None"),
     "object storage no cache": (
         dict(blend=(["s3://b/a"], None), mmap_bin_files=False),
         "object_storage_cache_path",

@@ -49,6 +49,9 @@ class CachedIndices:
         validate: called with the arrays of an entry read from the cache (not with
             arrays just built), and with where they came from; raises CacheError when
             they do not fit the dataset.
+        wrap: what :meth:`arrays` serves instead of the stored arrays (built or loaded;
+            validate sees the wrapped ones), e.g. a computed stand-in for a tiny stored
+            table; None serves them as stored.
     """
 
     def __init__(
@@ -63,11 +66,13 @@ class CachedIndices:
         verify: str = "checksum",
         can_build: bool = True,
         validate: Optional[Callable[[Arrays, str], None]] = None,
+        wrap: Optional[Callable[[Arrays], Arrays]] = None,
     ) -> None:
         self.names, self.cache, self.key = names, cache, key
         self.build, self.where = build, where
         self.checks = dict(checks) if checks else None
         self.verify, self.can_build, self.validate = verify, can_build, validate
+        self.wrap = wrap
         self.expected_length: Optional[int] = None
         self._arrays: Optional[Arrays] = None
         self._lazy: Optional[LazyArrays] = None
@@ -83,7 +88,7 @@ class CachedIndices:
         """Load the entry, or build (and store) the arrays; see the module docstring."""
         cache, key = self.cache, self.key
         if cache is None or key is None:
-            self._arrays = self.build()
+            self._arrays = self._wrapped(self.build())
             return
         arrays = cache.lookup(
             key,
@@ -103,10 +108,16 @@ class CachedIndices:
                 )
             arrays = self.build()
             cache.store(key, arrays, checks=self.checks)
+            arrays = self._wrapped(arrays)
         else:
+            arrays = self._wrapped(arrays)
             self._validate(arrays)
         self._lazy = cache.lazy(key, self.names, checks=self.checks)
-        self._arrays = {name: numpy.asarray(array) for name, array in arrays.items()}
+        self._arrays = arrays
+
+    def _wrapped(self, arrays: Mapping[str, numpy.ndarray]) -> Arrays:
+        held = {name: numpy.asarray(array) for name, array in arrays.items()}
+        return held if self.wrap is None else self.wrap(held)
 
     def defer(
         self,
@@ -137,7 +148,7 @@ class CachedIndices:
             self.load_or_build()
         else:
             try:
-                self._arrays = {name: numpy.asarray(lazy[name]) for name in self.names}
+                self._arrays = self._wrapped({name: lazy[name] for name in self.names})
             except CacheError:
                 if not (self._rebuild and self.can_build):
                     raise

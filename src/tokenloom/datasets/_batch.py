@@ -33,6 +33,7 @@ from tokenloom.datasets._ranges import (
 from tokenloom.datasets._sample import SampleMaker
 from tokenloom.datasets._tokens import TokenSource
 from tokenloom.errors import ConfigError, SampleIndexError
+from tokenloom.index.bijection import BijectionShuffle
 from tokenloom.index.validate import sample_rows
 from tokenloom.kernels import KERNELS, read_only
 
@@ -117,6 +118,7 @@ class BatchInputs:
         self.bound: object = arrays
         self.count = count
         self._rest: Optional[tuple[numpy.ndarray, ...]] = None
+        self.bijection = shuffle_index if isinstance(shuffle_index, BijectionShuffle) else None
         self.params = numpy.zeros(7, dtype=numpy.int64)
         if source.tokens is None:
             return
@@ -129,8 +131,26 @@ class BatchInputs:
             source.lengths,
             read_only(document_index),
             read_only(sample_index),
-            read_only(shuffle_index),
+            # a bijection's rows: made per call (kernel_call)
+            numpy.zeros(0, numpy.int64) if self.bijection is not None else read_only(shuffle_index),
         )
+
+    def kernel_call(
+        self, args: tuple[Any, ...], positions: numpy.ndarray
+    ) -> tuple[tuple[Any, ...], numpy.ndarray]:
+        """``(args, positions)`` for ``fill_batch`` (``args``: :attr:`kernel_args`). A
+        bijection shuffle has no array: the rows of these positions are computed now
+        (vectorised) into a small shuffle index ``[row of 0, row of positions[0], ...]`` that the returned positions
+        ``1 .. n`` address (``-1`` kept: padding, sample 0; ``-2`` for a position outside
+        the dataset, which the kernel then reports as it does for an exact shuffle)."""
+        shuffle = self.bijection
+        if shuffle is None or not self.count:
+            return args, positions
+        inside = (positions >= 0) & (positions < self.count)
+        wanted = numpy.concatenate(([0], numpy.where(inside, positions, 0)))
+        local = numpy.where(inside, numpy.arange(1, positions.size + 1), -2)
+        local[positions == -1] = -1
+        return (*args[:5], read_only(shuffle[wanted])), local
 
     def range_width(self) -> int:
         """:func:`tokenloom.datasets._ranges.range_width` of these indices (once)."""
@@ -191,10 +211,11 @@ def fill_rows(
             attribution.fill_reference(dataset, positions, dest, out["loss_mask"], source)
         return
     extras = NO_ATTRIBUTION if attribution is None else (*attribution.kernel_args, source)
+    arguments, kernel_positions = inputs.kernel_call(args, positions)
     status = int(
         module.fill_batch(
-            *args,
-            positions,
+            *arguments,
+            kernel_positions,
             dest,
             inputs.params,
             out["tokens"],

@@ -56,6 +56,12 @@ def check_bool(name: str, value: object, allow_none: bool = False) -> None:
         raise ConfigError(f"{name}={value!r}: must be True or False")
 
 
+def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
+    """ConfigError unless ``value`` is one of ``choices`` (strings)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {list(choices)}; pass one of those")
+
+
 def _attribute(tokenizer: object, name: str) -> object:
     try:
         return getattr(tokenizer, name)

@@ -5,6 +5,9 @@ epoch count, the separate-final-epoch rule (final epoch shuffled on its own when
 holds under 80% of an epoch's samples), the sample count that ``len()`` reports
 without building anything, and the build itself (megatron-core 0.16.1 order of RNG
 draws: document index, then shuffle index, from one ``RandomState(random_seed)``).
+With ``shuffle_mode="bijection"`` the stored ``shuffle_index`` is the tiny parameter
+table of :mod:`tokenloom.index.bijection` instead, and :func:`serve_bijection` puts its
+:class:`~tokenloom.index.bijection.BijectionShuffle` in its place when it is served.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional, cast
 
 import numpy
 
@@ -28,6 +31,8 @@ __all__ = [
     "count_samples",
     "plan_epochs",
     "plan_from_counts",
+    "plan_of",
+    "serve_bijection",
 ]
 
 SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
@@ -142,6 +147,34 @@ def plan_from_counts(
     return EpochPlan(tokens_per_epoch, num_epochs, separate, sans_final, drop_last_partial_sequence)
 
 
+def plan_of(dataset: Any) -> EpochPlan:
+    """The epoch plan of a ``GPTDataset`` (its ``_plan``): from the subclass's size
+    hooks when it overrides them, else from its documents' lengths."""
+    if dataset.indices is None:
+        raise CacheError(
+            f"{dataset._where()}: indexed_indices is None (fast_cache_load): the "
+            "sizes come from the index cache, which must exist"
+        )
+    where = cast(str, LazyText(dataset._where))  # the text is only needed for an error
+    config = dataset.config
+    extra, drop_last = int(config.add_extra_token_to_sequence), dataset.drop_last_partial_sequence
+    if dataset._size_hooks:  # a subclass sizes the epochs itself
+        tokens = int(dataset._get_num_tokens_per_epoch())
+        epochs = int(dataset._get_num_epochs(tokens))
+        return plan_from_counts(
+            tokens, epochs, dataset.num_samples, config.sequence_length, extra, drop_last, where
+        )
+    return plan_epochs(
+        dataset.dataset.sequence_lengths,
+        dataset.indices,
+        dataset.num_samples,
+        config.sequence_length,
+        extra,
+        drop_last,
+        where,
+    )
+
+
 def check_sample_count(arrays: Mapping[str, numpy.ndarray], where: str) -> None:
     """O(1) when a cache entry is loaded: every sample of ``sample_index`` is shuffled
     once, so ``len(dataset)`` is right before any fetch checks the values (a crafted
@@ -153,6 +186,23 @@ def check_sample_count(arrays: Mapping[str, numpy.ndarray], where: str) -> None:
             f"{where}: shuffle_index holds {count} samples but sample_index has "
             f"shape {rows.shape}; delete the index cache (it is rebuilt)"
         )
+
+
+def serve_bijection(arrays: dict[str, numpy.ndarray]) -> dict[str, numpy.ndarray]:
+    """``arrays`` with the stored bijection table (``shuffle_index``) replaced by the
+    :class:`~tokenloom.index.bijection.BijectionShuffle` it defines (the
+    ``CachedIndices`` ``wrap`` of a ``shuffle_mode="bijection"`` dataset)."""
+    from tokenloom.index.bijection import BijectionShuffle
+
+    table = arrays["shuffle_index"]
+    if table.ndim != 2 or table.dtype != numpy.uint64:
+        raise CacheError(
+            f"a bijection dataset's cached shuffle_index is its uint64 [2, n] table, got "
+            f"{table.dtype} {table.shape}; delete the index cache (it is rebuilt)"
+        )
+    served: dict[str, Any] = dict(arrays)
+    served["shuffle_index"] = BijectionShuffle(table)
+    return served
 
 
 class LazyText:
@@ -176,8 +226,11 @@ def build_indices(
     sequence_length: int,
     extra: int,
     random_seed: int,
+    shuffle_mode: str = "exact",
 ) -> tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
-    """``(document_index, sample_index, shuffle_index)`` as megatron-core builds them."""
+    """``(document_index, sample_index, shuffle_index)`` as megatron-core builds them
+    (``shuffle_mode="bijection"``: the bijection's table in place of ``shuffle_index``;
+    the document and sample indices are the same)."""
     from tokenloom.datasets import _rng_memo
     from tokenloom.index import build_sample_index
 
@@ -198,6 +251,10 @@ def build_indices(
     )
     total = sample_index.shape[0] - 1
     first = plan.num_samples_sans_final_epoch if plan.separate_final_epoch else total
+    if shuffle_mode == "bijection":
+        from tokenloom.index.bijection import bijection_table
+
+        return document_index, sample_index, bijection_table(first, total, random_seed, "")
     shuffle_index = _rng_memo.shuffle_index(draws, first, total, _seeded_random_state)
     return document_index, sample_index, shuffle_index
 

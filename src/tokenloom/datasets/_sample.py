@@ -29,6 +29,7 @@ from tokenloom.datasets.masks import (
 )
 from tokenloom.errors import ConfigError
 from tokenloom.index import dispatch
+from tokenloom.index.bijection import BijectionShuffle
 from tokenloom.index.validate import check_gpt_indices, sample_position
 from tokenloom.kernels import read_only
 
@@ -167,13 +168,13 @@ class SampleMaker:
         index container) marks what it was bound to."""
         self.check_indices(source, document_index, sample_index, shuffle_index, count)
         make = fast_fetch if self.fast_path_applies(source) else general_fetch
+        shuffle = shuffle_index
+        if isinstance(shuffle_index, BijectionShuffle):  # fill_sample reads an array
+            make = general_fetch  # rows computed per sample (reference, a few us)
+        else:
+            shuffle = read_only(shuffle_index)
         self.fetch = make(
-            self,
-            source,
-            read_only(document_index),
-            read_only(sample_index),
-            read_only(shuffle_index),
-            count,
+            self, source, read_only(document_index), read_only(sample_index), shuffle, count
         )
         self.bound = bound
         return self.fetch

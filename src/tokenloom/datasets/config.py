@@ -333,6 +333,11 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     next read; the process-wide pool takes the value of the last dataset built
     (:mod:`tokenloom.format.bin_pool`, docs/reliability.md)."""
 
+    shuffle_mode: str = field(default="exact", kw_only=True)
+    """tokenloom extension (keyword only): ``"exact"``, megatron-core's ``shuffle_index``;
+    ``"bijection"``, a keyed permutation computed per sample, O(1) memory, another
+    order (:mod:`tokenloom.index.bijection`, docs/shuffle.md)."""
+
     def __post_init__(self) -> None:
         """Validate the GPT fields and derive ``token_dtype_code``."""
         super().__post_init__()
@@ -364,6 +369,7 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
         self.token_dtype_code = None if vocab_size is None else (4 if vocab_size > 65536 else 8)
         self._check_sequences_per_dataset()
         checks.check_object_storage(self)
+        checks.check_choice("shuffle_mode", self.shuffle_mode, ("exact", "bijection"))
 
     def _check_sequences_per_dataset(self) -> None:
         given: Any = self.sequences_per_dataset  # a mapping or a path (or a false value)

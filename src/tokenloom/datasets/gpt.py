@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional, Protocol, cast
+from typing import Any, Optional, Protocol
 
 import numpy
 
@@ -110,6 +110,8 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
         super().__init__(
             indexed_dataset, dataset_path, indexed_indices, num_samples, index_split, config
         )
+        if config.shuffle_mode != "exact":  # exact: megatron-core's description, unchanged
+            self.unique_identifiers["shuffle_mode"] = config.shuffle_mode
         self.build_if_missing = bool(build_if_missing)
         self.masks_and_position_ids_are_cacheable = not any(
             [config.reset_position_ids, config.reset_attention_mask, config.eod_mask_loss]
@@ -201,6 +203,7 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
             verify=verify,
             can_build=self.build_if_missing and self.indices is not None,
             validate=_gpt_indices.check_sample_count,
+            wrap=_gpt_indices.serve_bijection if self.config.shuffle_mode == "bijection" else None,
         )
         known = None if warm_start is None or key is None else warm_start.known_length(key)
         if (
@@ -233,34 +236,7 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
         return where
 
     def _plan(self) -> _gpt_indices.EpochPlan:
-        if self.indices is None:
-            raise CacheError(
-                f"{self._where()}: indexed_indices is None (fast_cache_load): the "
-                "sizes come from the index cache, which must exist"
-            )
-        where = cast(
-            str, _gpt_indices.LazyText(self._where)
-        )  # the text is only needed for an error
-        if self._size_hooks:  # a subclass sizes the epochs itself
-            tokens = int(self._get_num_tokens_per_epoch())
-            return _gpt_indices.plan_from_counts(
-                tokens,
-                int(self._get_num_epochs(tokens)),
-                self.num_samples,
-                self.config.sequence_length,
-                int(self.config.add_extra_token_to_sequence),
-                self._drop_last_partial_sequence(),
-                where,
-            )
-        return _gpt_indices.plan_epochs(
-            self.dataset.sequence_lengths,
-            self.indices,
-            self.num_samples,
-            self.config.sequence_length,
-            int(self.config.add_extra_token_to_sequence),
-            self._drop_last_partial_sequence(),
-            where,
-        )
+        return _gpt_indices.plan_of(self)
 
     def _build(self) -> dict[str, numpy.ndarray]:
         if self.indices is None:
@@ -277,6 +253,7 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
                 self.config.sequence_length,
                 int(self.config.add_extra_token_to_sequence),
                 self.config.random_seed,
+                self.config.shuffle_mode,
             )
         except MemoryError as error:
             raise ConfigError(

@@ -120,8 +120,10 @@ def reference_rows(table: numpy.ndarray, positions: Any) -> numpy.ndarray:
     for i, k in enumerate(int(p) for p in positions):
         if not 0 <= k < total:
             raise _outside(k, total)
-        out[i] = reference_permute(table, 0, k) if k < first else first + (
-            reference_permute(table, 1, k - first)
+        out[i] = (
+            reference_permute(table, 0, k)
+            if k < first
+            else first + (reference_permute(table, 1, k - first))
         )
     return out
 
@@ -204,7 +206,7 @@ class BijectionShuffle:
         return shuffle_rows(self.table, positions.reshape(-1)).reshape(positions.shape)
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> numpy.ndarray:
-        rows = self[:]
+        rows: numpy.ndarray = self[:]
         return rows if dtype is None else rows.astype(dtype)
 
     def __eq__(self, other: object) -> bool:

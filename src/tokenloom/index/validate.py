@@ -95,6 +95,24 @@ def _check_range(where: str, name: str, array: numpy.ndarray, high: int, rule: s
         raise _fail(where, name, position, low if low < 0 else top, rule)
 
 
+def _shuffle_array(where: str, shuffle_index: Any) -> Any:
+    """``shuffle_index`` as a 1-D integer array, or itself when it is a
+    :class:`~tokenloom.index.bijection.BijectionShuffle` (never materialised)."""
+    from tokenloom.index.bijection import BijectionShuffle
+
+    if isinstance(shuffle_index, BijectionShuffle):
+        return shuffle_index
+    return _int_array(where, "shuffle_index", shuffle_index, 1)
+
+
+def _check_shuffle_range(where: str, shuffle: Any, rows: int) -> None:
+    """Every value of ``shuffle`` a row of the sample index (a bijection shuffle is a
+    permutation of ``[0, rows)`` by construction: nothing to check)."""
+    if isinstance(shuffle, numpy.ndarray):
+        rule = f"is not one of the {rows} rows of sample_index"
+        _check_range(where, "shuffle_index", shuffle, rows, rule)
+
+
 def check_gpt_indices(
     document_index: Any,
     sample_index: Any,
@@ -120,7 +138,7 @@ def check_gpt_indices(
     """
     documents = _int_array(where, "document_index", document_index, 1)
     samples = _int_array(where, "sample_index", sample_index, 2)
-    shuffle = _int_array(where, "shuffle_index", shuffle_index, 1)
+    shuffle = _shuffle_array(where, shuffle_index)
     lengths = numpy.asarray(sequence_lengths)
     if shuffle.shape[0] != num_samples or max(samples.shape[0], 1) != num_samples + 1:
         # every sample of sample_index is shuffled exactly once (megatron-core's invariant)
@@ -136,13 +154,7 @@ def check_gpt_indices(
         lengths.shape[0],
         f"is not one of the {lengths.shape[0]} documents",
     )
-    _check_range(
-        where,
-        "shuffle_index",
-        shuffle,
-        samples.shape[0] - 1,
-        f"is not one of the {samples.shape[0] - 1} rows of sample_index",
-    )
+    _check_shuffle_range(where, shuffle, samples.shape[0] - 1)
     if samples.shape[0]:
         _check_sample_rows(where, samples, documents, lengths, sequence_length, extra)
 
