@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 KINDS = {
     "cyclic": dict(dataloader_type="cyclic", micro_batch_size=4, data_sharding=True),
     "single": dict(dataloader_type="single", micro_batch_size=4),
+    "elastic": dict(dataloader_type="elastic", micro_batch_size=4, global_batch_size=8, seed=11),
 }
 
 
