@@ -53,9 +53,9 @@ examples:
 """
 
 GROUPS = ("index", "blending", "shuffle", "samples", "permutation")
-"""Kernel groups: the GPT sample index, blending, the MT19937 shuffle, the sample /
-batch kernels of ``dataset[i]`` and ``get_batch``, and the ``randperm`` of the training
-side's random samplers."""
+"""Kernel groups: the GPT sample index, blending, the shuffles (MT19937, bijection), the
+sample / batch kernels of ``dataset[i]`` and ``get_batch``, and the ``randperm`` of the
+training side's random samplers."""
 
 _TOKEN_DTYPES = ("uint8", "int8", "int16", "uint16", "int32", "int64", "float64", "float32")
 
@@ -95,7 +95,13 @@ def _shuffle_kernels(token_dtypes: Sequence[str]) -> list[Any]:
         key = numpy.array(state["key"], dtype=numpy.uint32)
         pos = numpy.array([state["pos"]], dtype=numpy.int64)
         kernels.shuffle(numpy.arange(100, dtype=dtype), key, pos, kernels.BLOCK)
-    return [kernels.shuffle]
+    from tokenloom.index.bijection import BijectionShuffle, bijection_table
+
+    bijection = KERNELS.require("bijection")  # shuffle_mode="bijection", typed as its calls
+    table = BijectionShuffle(bijection_table(50, 100, 0, "")).table
+    bijection.rows(table, numpy.arange(100, dtype=numpy.int64), numpy.empty(100, numpy.int64))
+    bijection.fill_all(table, numpy.empty(100, dtype=numpy.int64))
+    return [kernels.shuffle, bijection.rows, bijection.fill_all]
 
 
 def _permutation_kernels(token_dtypes: Sequence[str]) -> list[Any]:
@@ -123,6 +129,8 @@ def _sample_kernels(token_dtypes: Sequence[str]) -> list[Any]:
                     dataset = _tiny_dataset(prefix, os.path.join(folder, f"{dtype}-cache"))
                     dataset[0]
                     dataset.get_batch([0, None])
+                cache = os.path.join(folder, f"{dtype}-cache")
+                _tiny_dataset(prefix, cache, "bijection").get_batch([0, None])  # int64 rows
     finally:
         KERNELS.restart()
     batch = KERNELS.require("batch")
@@ -140,7 +148,7 @@ def _tiny_corpus(prefix: str, dtype: numpy.dtype) -> str:
     return prefix
 
 
-def _tiny_dataset(prefix: str, cache: str) -> Any:
+def _tiny_dataset(prefix: str, cache: str, shuffle_mode: str = "exact") -> Any:
     from tokenloom.datasets import GPTDataset, GPTDatasetConfig, Split
 
     config = GPTDatasetConfig(
@@ -154,6 +162,7 @@ def _tiny_dataset(prefix: str, cache: str) -> Any:
         reset_position_ids=False,
         reset_attention_mask=False,
         eod_mask_loss=False,
+        shuffle_mode=shuffle_mode,
     )
     low = GPTDataset.build_low_level_dataset(prefix, config)
     documents = numpy.arange(len(low.sequence_lengths), dtype=numpy.int32)

@@ -164,7 +164,8 @@ class BijectionShuffle:
     __slots__ = ("table", "first", "total")
 
     def __init__(self, table: numpy.ndarray) -> None:
-        self.table = numpy.ascontiguousarray(table, dtype=numpy.uint64)
+        # a writable copy (128 bytes): one kernel specialisation, built or mapped
+        self.table = numpy.array(table, dtype=numpy.uint64, order="C")
         if self.table.shape != (2, 2 + ROUNDS):
             raise ConfigError(
                 f"a bijection table has shape {(2, 2 + ROUNDS)}, got {self.table.shape}; "
