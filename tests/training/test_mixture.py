@@ -4,15 +4,23 @@ reference that materialises the per-source streams)."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
+import numpy
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.training._data import build_train, write_corpus
 
 from tokenloom.errors import ConfigError
 from tokenloom.index import build_blending_indices
-from tokenloom.training.mixture import ContinuedMixture, mixture_changes, source_consumed
+from tokenloom.training.mixture import (
+    ContinuedMixture,
+    continue_blend,
+    mixture_changes,
+    source_consumed,
+)
 
 
 class Stream:
@@ -108,3 +116,19 @@ def test_log_lines_and_refusals(caplog: Any) -> None:
         source_consumed(build_blending_indices([1.0], 3)[0], 4, ["a"])
     with pytest.raises(IndexError):
         ContinuedMixture(sources, {}, {"a": 1.0}, 3)[3]
+
+
+def test_continue_a_real_blend_from_its_consumed_count(tmp_path: Path) -> None:
+    """Megatron's path: the old config's blend and consumed_samples; a reweight that
+    drops one source and adds another continues the kept one in its built order."""
+    a, b, c = (write_corpus(tmp_path / n, 60, seed) for n, seed in (("a", 1), ("b", 2), ("c", 3)))
+    old = build_train([a, b], tmp_path / "cache", 80, weights=[0.5, 0.5])
+    added = build_train([c], tmp_path / "cache", 80)
+    mixture = continue_blend(old, 30, {a: 3.0, c: 1.0}, 40, added={c: added})
+    kept = int((old.dataset_index[:30] == 0).sum())
+    order = {a: list(range(kept, 80)), c: list(range(80))}
+    sources = {a: old.datasets[0], c: added}
+    for j, which in enumerate(greedy([3.0, 1.0], 40)):
+        name = (a, c)[which]
+        want = sources[name][order[name].pop(0)]["tokens"]
+        assert numpy.array_equal(mixture[j]["tokens"], want)

@@ -19,14 +19,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Optional
 
 import numpy
 
 from tokenloom.errors import ConfigError
 from tokenloom.index import build_blending_indices
+from tokenloom.training.data_identity import pair_identities
 
-__all__ = ["ContinuedMixture", "mixture_changes", "source_consumed"]
+__all__ = [
+    "ContinuedMixture",
+    "continue_blend",
+    "mixture_changes",
+    "old_sources",
+    "source_consumed",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -121,3 +128,34 @@ class ContinuedMixture:
     def __getitem__(self, idx: int) -> Any:
         source, sample = self.position(idx)
         return self.sources[source][sample]
+
+
+def old_sources(blended: Any) -> dict[str, Any]:
+    """``{path_prefix: dataset}`` of the sources a (Megatron) ``BlendedDataset`` draws
+    from, each named by the prefix of the ``.bin``/``.idx`` pair it reads."""
+    out: dict[str, Any] = {}
+    for dataset in blended.datasets:
+        prefixes = list(pair_identities(dataset))
+        if len(prefixes) != 1 or prefixes[0] in out:
+            raise ConfigError(
+                f"a blended source must read exactly one .bin/.idx pair of its own to be "
+                f"named by it; {type(dataset).__name__} reads {prefixes}"
+            )
+        out[prefixes[0]] = dataset
+    return out
+
+
+def continue_blend(
+    old: Any,
+    consumed_samples: int,
+    weights: Mapping[str, float],
+    size: int,
+    added: Optional[Mapping[str, Any]] = None,
+) -> ContinuedMixture:
+    """The :class:`ContinuedMixture` after ``consumed_samples`` of the blend ``old``
+    (rebuilt from the old config: Megatron users pass their old ``consumed_samples``),
+    under ``weights`` by path prefix; ``added``: ``{prefix: dataset}`` of new sources.
+    Exact for the sequential (``dataloader_type="single"``) sampler only."""
+    sources = old_sources(old)
+    counts = source_consumed(old.dataset_index, consumed_samples, list(sources))
+    return ContinuedMixture({**dict(added or {}), **sources}, counts, weights, size)
