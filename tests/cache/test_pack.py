@@ -138,6 +138,30 @@ def test_large_entries_are_written_alone(tmp_path):
     assert pack_files(tmp_path) == []
 
 
+def test_large_entries_are_streamed_never_assembled_in_memory(tmp_path, monkeypatch):
+    """An entry whose arrays alone exceed the pack's limit goes straight to its file
+    (its bytes in memory would double the build's peak), with the same bytes as an
+    entry stored without a packer; a small one is still assembled and packed."""
+    from tokenloom.cache import entry as cache_entry
+
+    assembled = []
+    real = cache_entry.entry_bytes
+    monkeypatch.setattr(
+        cache_entry, "entry_bytes", lambda r, a: assembled.append(sorted(a)) or real(r, a)
+    )
+    key = CacheKey("X", "train", {"n": 6})
+    arrays = {"a": numpy.arange(5000, dtype=numpy.int32), "b": numpy.arange(7)}
+    plain = IndexCache(str(tmp_path / "plain"))
+    plain.store(key, arrays)
+    with EntryPacker(str(tmp_path / "packed"), small_entry_bytes=4096) as packer:
+        packed = IndexCache(str(tmp_path / "packed"), packer=packer)
+        packed.store(key, arrays)
+        packed.store(CacheKey("X", "train", {"n": 7}), {"a": numpy.arange(3)})
+    assert assembled == [["a"]]  # only the small entry was assembled
+    with open(plain.entry_path(key), "rb") as a, open(packed.entry_path(key), "rb") as b:
+        assert a.read() == b.read()
+
+
 def test_newest_pack_wins_and_an_entry_file_beats_both(tmp_path):
     cache = IndexCache(str(tmp_path))
     key = CacheKey("X", "train", {"n": 5})

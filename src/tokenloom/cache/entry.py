@@ -93,7 +93,7 @@ def write_entry(
 
 def entry_bytes(record: OrderedDict[str, object], arrays: Mapping[str, numpy.ndarray]) -> bytes:
     """The bytes :func:`write_entry` writes (a small entry queued for a pack file)."""
-    return b"".join(bytes(chunk) for chunk in entry_chunks(record, arrays))
+    return b"".join(entry_chunks(record, arrays))  # bytes-like pieces: one copy, no more
 
 
 def entry_record(key: CacheKey, checks: Optional[Mapping[str, object]]) -> OrderedDict[str, object]:

@@ -189,7 +189,10 @@ class IndexCache:
         path = self.entry_path(key)
         record = entry.entry_record(key, checks)
         try:
-            if self.packer is not None:
+            # an entry larger than the packer takes is streamed to its file: its bytes
+            # in memory would double the peak (and ``b"".join`` triple it)
+            array_bytes = sum(int(numpy.asarray(a).nbytes) for a in arrays.values())
+            if self.packer is not None and array_bytes <= self.packer.small_entry_bytes:
                 data = entry.entry_bytes(record, arrays)
                 packed = self.packer.offer(key.stem, data)
                 if packed is not None:
