@@ -9,6 +9,7 @@ once for the module's tests, a Ray cluster, corpora) are built on one worker onl
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,9 +31,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _quick_tests_start_no_processes(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A quick test that starts a child process fails: it belongs to the default tier."""
+    """A quick test that starts a child process fails: it belongs to the default tier.
+
+    A test marked ``processes`` collects its garbage before it ends, so that the
+    persistent DataLoader workers of iterators it dropped are shut down (and reaped)
+    within it, never during a later test of the same process."""
     if request.node.get_closest_marker("quick") is None:
         yield
+        if request.node.get_closest_marker("processes") is not None:
+            gc.collect()
         return
     children = ChildProcesses()
     yield
