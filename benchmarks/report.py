@@ -15,6 +15,7 @@ TARGET_PREFIX = {
     "index": "4",
     "preprocess": "5",
     "scale": "6",
+    "attribution": "7",
 }
 START, END = "<!-- bench:generated:start -->", "<!-- bench:generated:end -->"
 
@@ -23,7 +24,7 @@ def goal(row: dict[str, Any]) -> tuple[str, Optional[bool]]:
     """The issue's target for this row and whether this run met it (None: not judged)."""
     t, sp = row.get("target", ""), row.get("speedup")
     eq = row.get("equal")
-    if row.get("error") or sp is None and not t.startswith(("2 batch", "5")):
+    if row.get("error") or sp is None and not t.startswith(("2 batch", "5", "7")):
         return "-", None
     if t.startswith("1"):
         if row.get("n_datasets") == 16384 and row.get("tokenloom_growth"):
@@ -53,7 +54,7 @@ def goal(row: dict[str, Any]) -> tuple[str, Optional[bool]]:
             row.get("megatron_rss_delta_mib") or 0
         ) + 1.0
         return ">=1x time, <= peak RSS", bool(eq and sp >= 1 and mem_ok)
-    if t.startswith("5"):
+    if t.startswith(("5", "7")):
         return row.get("goal", "-"), row.get("met")
     return "-", None
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE))
 
 import report  # noqa: E402
 
-TARGETS = ("blending", "fetch", "warmstart", "index", "preprocess", "scale")
+TARGETS = ("blending", "fetch", "warmstart", "index", "preprocess", "scale", "attribution")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -117,6 +117,7 @@ def run_target(name: str, ctx: dict[str, Any]) -> list[dict[str, Any]]:
         "index": "bench_index_build",
         "preprocess": "preprocess_bridge",
         "scale": "bench_coldbuild",  # issue 22: the distributed cold build
+        "attribution": "bench_attribution",  # issue 21 section 1: return_document_ranges cost
     }[name]
     t0 = time.perf_counter()
     try:

@@ -327,6 +327,15 @@ class BlendedDataset(MegatronDescription):
             ids[padding], positions[padding] = 0, -1
         return ids, positions
 
+    def _range_widths(self) -> list[int]:
+        """Each dataset's ``document_range_width()``, computed once: it depends on the
+        content of its sample index only, which a reload (content-addressed) keeps."""
+        widths: Optional[list[int]] = self.__dict__.get("_widths")
+        if widths is None:
+            widths = [d.document_range_width() for d in self.datasets]
+            self.__dict__["_widths"] = widths
+        return widths
+
     def get_batch(
         self, indices: Sequence[Optional[int]], out: Optional[Mapping[str, numpy.ndarray]] = None
     ) -> dict[str, numpy.ndarray]:
@@ -347,7 +356,8 @@ class BlendedDataset(MegatronDescription):
         groups = sorted(set(ids.tolist()))
         attribution = None
         if wants_ranges(self.config):
-            width = max(self.datasets[j].document_range_width() for j in groups)
+            widths = self._range_widths()
+            width = widths[groups[0]] if len(groups) == 1 else max([widths[j] for j in groups])
             attribution = BatchAttribution(len(ids), width, len(self.datasets))
         if len(groups) == 1:  # one contributing dataset: no row map to build
             dest = numpy.arange(len(ids), dtype=numpy.int64)
