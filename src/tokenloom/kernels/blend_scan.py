@@ -67,6 +67,53 @@ def exhaustive_scan(
 
 
 @numba.njit(cache=True, nogil=True)
+def _first_max(
+    rows: numpy.ndarray, x: float, y: float, penalty: numpy.ndarray, counts: numpy.ndarray
+) -> int:  # pragma: no cover
+    """First maximum of ``rows[0] + rows[1] * x + rows[2] * y - counts + penalty`` (the
+    penalty is 0, or -inf for a dataset that may not be drawn)."""
+    a, b, c = rows[0], rows[1], rows[2]
+    best = 0
+    best_error = a[0] + b[0] * x + c[0] * y - numpy.float64(counts[0]) + penalty[0]
+    for i in range(1, counts.shape[0]):
+        error = a[i] + b[i] * x + c[i] * y - numpy.float64(counts[i]) + penalty[i]
+        if error > best_error:
+            best_error = error
+            best = i
+    return best
+
+
+@numba.njit(cache=True, nogil=True)
+def _phase_rows(
+    p: int, schedule: tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray, numpy.ndarray]
+) -> tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:  # pragma: no cover
+    """Phase ``p``'s target as rows ``(a, b, c)`` of ``a + b * x + c * y`` (adding the
+    zeros of a plain phase changes no float64 value), and its penalties: at the phase's
+    first sample and after it (a ramp's datasets from weight 0 start after it)."""
+    starts, weights, linear, offsets = schedule
+    n = weights.shape[1]
+    rows = numpy.zeros((3, n), dtype=numpy.float64)
+    first = numpy.full(n, -numpy.inf)
+    later = numpy.full(n, -numpy.inf)
+    for i in range(n):
+        if p > 0:
+            rows[0, i] = offsets[p, i]
+        if linear[p]:
+            rows[1, i] = weights[p - 1, i]
+            rows[2, i] = weights[p, i] - weights[p - 1, i]
+            if weights[p - 1, i] > 0:
+                first[i] = 0.0
+            if weights[p - 1, i] > 0 or weights[p, i] > 0:
+                later[i] = 0.0
+        else:
+            rows[1, i] = weights[p, i]
+            if weights[p, i] > 0:
+                first[i] = 0.0
+                later[i] = 0.0
+    return rows, first, later
+
+
+@numba.njit(cache=True, nogil=True)
 def _phase_scan(
     p: int,
     first: int,
@@ -76,32 +123,20 @@ def _phase_scan(
     dataset_index: numpy.ndarray,
     dataset_sample_index: numpy.ndarray,
 ) -> None:  # pragma: no cover
-    """Samples ``[first, end)`` of phase ``p`` (see :func:`schedule_scan`)."""
-    starts, weights, linear, offsets = schedule
-    n = weights.shape[1]
+    """Samples ``[first, end)`` of phase ``p`` (see :func:`schedule_scan`): per sample one
+    pass over contiguous per-phase rows, no per-dataset branch."""
+    starts, linear = schedule[0], schedule[2]
+    rows, penalty_first, penalty_later = _phase_rows(p, schedule)
     ramped = linear[p]
     length = numpy.float64(starts[p + 1] - starts[p]) if ramped else 1.0
     for t in range(first, end):
-        d = numpy.float64(t - starts[p])
-        q = d * d / (2.0 * length)
-        best = -1
-        best_error = 0.0
-        for i in range(n):
-            if ramped:
-                if not (weights[p - 1, i] > 0 or (weights[p, i] > 0 and t > starts[p])):
-                    continue
-                ramp = weights[p, i] - weights[p - 1, i]
-                target = offsets[p, i] + weights[p - 1, i] * d + ramp * q
-            elif not weights[p, i] > 0:
-                continue
-            elif p == 0:
-                target = weights[0, i] * max(numpy.float64(t), 1.0)
-            else:
-                target = offsets[p, i] + weights[p, i] * d
-            error = target - numpy.float64(counts[i])
-            if best < 0 or error > best_error:
-                best_error = error
-                best = i
+        penalty = penalty_first if t == starts[p] else penalty_later
+        if p == 0:
+            x, y = max(numpy.float64(t), 1.0), 0.0
+        else:
+            x = numpy.float64(t - starts[p])
+            y = x * x / (2.0 * length) if ramped else 0.0
+        best = _first_max(rows, x, y, penalty, counts)
         dataset_index[t] = best
         dataset_sample_index[t] = counts[best]
         counts[best] += 1
