@@ -269,3 +269,36 @@ def test_help_teaches(capsys):
         "Mock data",
     ):
         assert needle in text
+
+
+def _schedule_config(golden_dir, tmp_path, cap):
+    corpora = golden_dir / "corpora"
+    config = {
+        "data_path": ["1", str(corpora / "c0"), "1", str(corpora / "c1")],
+        "split": "100,0,0",
+        "seq_length": 48,
+        "data_cache_path": str(tmp_path / "cache"),
+        "vocab_size": 32000,
+        "eod": 2,
+        "train_iters": 25,
+        "eval_interval": 10,
+        "eval_iters": 0,
+        "global_batch_size": 8,
+        "blend_schedule": [[0, [3, 1]], [80, [1, 3], "linear"], [160, [1, 1]]],
+        "max-epochs-per-source": cap,
+    }
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_config_file_carries_schedule_and_cap_into_the_build(golden_dir, tmp_path, capsys):
+    path = _schedule_config(golden_dir, tmp_path, [100, 100])
+    config = prepare_cache.make_config(prepare_cache.load_settings_file(str(path)))
+    assert [tuple(p) for p in config.blend_schedule][1][2] == "linear"
+    assert list(config.max_epochs_per_source) == [100, 100]
+    assert _run("--config", path) == 0
+    capsys.readouterr()
+    # a cap the schedule passes: the build refuses, naming the cap
+    assert _run("--config", _schedule_config(golden_dir, tmp_path, 0.001)) == 1
+    assert "past max_epochs_per_source=0.001: it passes the cap" in capsys.readouterr().err

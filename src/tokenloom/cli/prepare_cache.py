@@ -150,6 +150,8 @@ _GPT_FIELDS = (
     "drop_last_partial_validation_sequence",
     "mmap_bin_files",
 )
+_CONFIG_ONLY = ("blend_schedule", "max_epochs_per_source")
+"""Config-file settings with no flag (lists), passed to GPTDatasetConfig as given."""
 _KINDS = {"int": int, "float": float, "path": str, "split": str}
 SETTING_BOUNDS = (
     Bound("sequence_length", "sequence_length (--seq-length)", 1, 2**31 - 1),
@@ -251,10 +253,10 @@ def canonical_settings(data: dict[str, Any], source: str) -> dict[str, Any]:
             settings.update(canonical_settings(value, f"{source} tokenizer"))
             continue
         key = "tokenizer_spec" if key == "tokenizer" else TOKENIZER_ALIASES.get(key, key)
-        if key not in _OPTIONS and key not in TOKENIZER_SETTINGS:
+        if key not in _OPTIONS and key not in TOKENIZER_SETTINGS and key not in _CONFIG_ONLY:
             raise ConfigError(
                 f"{source}: unknown setting {raw_key!r}; known settings: "
-                f"{', '.join(sorted([*_OPTIONS, *TOKENIZER_SETTINGS]))}"
+                f"{', '.join(sorted([*_OPTIONS, *TOKENIZER_SETTINGS, *_CONFIG_ONLY]))}"
             )
         settings[key] = value
     return settings
@@ -280,7 +282,9 @@ def make_config(settings: dict[str, Any]):
     )
 
     check_numbers(settings, SETTING_BOUNDS)
-    fields = {key: settings[key] for key in _GPT_FIELDS if settings.get(key) is not None}
+    fields = {
+        key: settings[key] for key in (*_GPT_FIELDS, *_CONFIG_ONLY) if settings.get(key) is not None
+    }
     blend, per_split = settings.get("blend"), settings.get("blend_per_split")
     if blend is None and per_split is None:
         raise ConfigError(
