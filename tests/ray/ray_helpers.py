@@ -121,19 +121,36 @@ class NodeCueTokenizer(CueTokenizer):
     """A :class:`CueTokenizer` that touches ``cue_dir/<ray node id>`` before every batch.
 
     A test waits until the file of one node was touched a moment ago: a shard is then
-    being tokenised on that node, so removing the node is sure to hit running work.
+    being tokenised on that node. To be sure that removing the node hits running work
+    (a shard can finish between the cue and the removal), the test first creates
+    ``cue_dir/hold-<node id>`` (:meth:`hold`): a batch on that node then stays in
+    progress, touching its cue, until the file goes or the node is killed.
     """
 
     def __init__(self, inner: Any, cue_dir: str, delay: float) -> None:
         super().__init__(inner, os.path.join(cue_dir, "unused"), delay=delay)
         self.cue_dir = cue_dir
 
+    @staticmethod
+    def hold(cue_dir: str, node_id: str) -> None:
+        """Make every batch that starts on ``node_id`` stay in progress."""
+        with open(os.path.join(cue_dir, f"hold-{node_id}"), "w"):
+            pass
+
     def encode_batch(self, texts: Sequence[str]) -> list:
         import ray
 
-        cue = os.path.join(self.cue_dir, ray.get_runtime_context().get_node_id())
-        with open(cue, "a"):
-            os.utime(cue)
+        node = ray.get_runtime_context().get_node_id()
+        cue = os.path.join(self.cue_dir, node)
+        held = os.path.join(self.cue_dir, f"hold-{node}")
+
+        deadline = time.monotonic() + 120
+        while True:  # once, unless the node is held (this runs in a Ray worker)
+            with open(cue, "a"):
+                os.utime(cue)
+            if not os.path.exists(held) or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
         return super().encode_batch(texts)
 
 

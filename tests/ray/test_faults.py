@@ -107,7 +107,8 @@ def test_node_lost_mid_run_gives_the_local_bytes(
         thread = threading.Thread(target=run)
         thread.start()
         _wait_for_markers(tmp_path / "out_shards", 2, timeout=120)
-        _wait_until_busy(cues / worker.node_id, timeout=20)
+        NodeCueTokenizer.hold(str(cues), worker.node_id)  # its next shard stays running
+        _wait_until_busy(cues / worker.node_id, timeout=60)
         cluster.remove_node(worker, allow_graceful=False)
         thread.join(timeout=180)
         assert not thread.is_alive() and "error" not in result, result.get("error")
