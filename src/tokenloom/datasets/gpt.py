@@ -124,6 +124,7 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
         self.cache_key: Optional[CacheKey] = None
         self._sample_hook = self.overrides("_query_document_sample_shuffle_indices")
         self._ranges = wants_ranges(config)
+        self._plain = not (self._sample_hook or self._ranges)  # dataset[i]'s hot path
         self._size_hooks = any(self.overrides(name) for name in SIZE_HOOKS)
         self._pending_cache = (index_cache, warm_start)
         if self.overrides("_build_document_sample_shuffle_indices"):
@@ -298,27 +299,33 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
 
         ``None`` gives a batch-padding sample (sample 0 with an all-zero loss mask).
         """
-        sample = self.sample_from_hook(idx) if self._sample_hook else self._sample(idx)
+        maker = self._maker
+        if self._plain and maker is not None and maker.bound is self.cached_indices.arrays():
+            return maker.fetch(idx)  # type: ignore[misc]  # bound: fetch is set
+        return self._sample_slowly(idx)
+
+    def _sample_slowly(self, idx: Optional[int]) -> dict[str, numpy.ndarray]:
+        """``self[idx]`` off the hot path: a subclass's samples, the first sample after
+        (re)loading the indices, or with ``return_document_ranges``."""
+        if self._sample_hook:
+            sample = self.sample_from_hook(idx)
+        else:
+            maker, arrays = self._maker, self.cached_indices.arrays()
+            if maker is None or maker.bound is not arrays:
+                source, maker = self.sampler()
+                maker.bind(
+                    source,
+                    arrays["document_index"],
+                    arrays["sample_index"],
+                    arrays["shuffle_index"],
+                    len(self),
+                    arrays,
+                )
+            sample = maker.fetch(idx)  # type: ignore[misc]  # bound just above
         if self._ranges:
             position = -1 if idx is None else sample_position(idx, len(self))
             sample["document_ranges"] = self.document_ranges([position])[1]
         return sample
-
-    def _sample(self, idx: Optional[int]) -> dict[str, numpy.ndarray]:
-        maker = self._maker
-        arrays = self.cached_indices.arrays()
-        fetch = None if maker is None or maker.bound is not arrays else maker.fetch
-        if fetch is None:  # first call, or reloaded
-            source, maker = self.sampler()
-            fetch = maker.bind(
-                source,
-                arrays["document_index"],
-                arrays["sample_index"],
-                arrays["shuffle_index"],
-                len(self),
-                arrays,
-            )
-        return fetch(idx)
 
     def document_ranges(self, positions: Sequence[int]) -> tuple[numpy.ndarray, numpy.ndarray]:
         """``(offsets, ranges)``: the ``(document id, token start, token end)`` rows of
