@@ -177,10 +177,9 @@ def check_special_ids(tokenizer: Any, vocab_size: Any) -> None:
     """ConfigError when ``eod``/``pad`` is not an id of the vocabulary (pad -1 is allowed:
     Megatron's "no pad token")."""
     for name in ("eod", "pad"):
-        try:
-            value = read_attribute(tokenizer, name, None)
-        except Exception:  # noqa: BLE001 - Megatron tokenizers raise NotImplementedError
-            continue
+        # read_attribute treats a read that raises (Megatron tokenizers raise
+        # NotImplementedError) as absent
+        value = read_attribute(tokenizer, name, None)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
