@@ -26,6 +26,7 @@ ALLOWED = {
     "kernels/batch.py:fill_sample": _KERNEL,
     "kernels/batch.py:fill_batch": _KERNEL,
     "kernels/blend_fast.py:greedy": _KERNEL,
+    "kernels/blend_phases.py:phase_greedy": _KERNEL,
     "training/loader.py:build_pretraining_data_loader": (
         "Megatron's build_pretraining_data_loader with its args explicit: 21 keyword "
         "parameters and their docstring are 34 of its lines; the body is 39"

@@ -132,6 +132,10 @@ def test_the_route_table():
     assert dispatch.schedule_route(1, False, small) == dispatch.REFERENCE
     assert dispatch.schedule_route(3, True, small) == dispatch.REFERENCE
     assert dispatch.schedule_route(3, True, large) == dispatch.SCAN
+    many = dispatch.BLEND_SCAN_BELOW
+    assert dispatch.schedule_route(3, True, large, many - 1) == dispatch.SCAN
+    assert dispatch.schedule_route(3, True, large, many) == dispatch.FAST
+    assert dispatch.schedule_route(3, True, large, many, distinct=False) == dispatch.SCAN
 
 
 def _kernel(schedule, size):
@@ -182,3 +186,77 @@ def test_a_long_schedule_takes_the_kernel_and_equals_the_reference():
 def test_bad_schedules_are_refused(starts, weights, linear, message):
     with pytest.raises(ConfigError, match=message):
         build_scheduled_blending_indices(starts, weights, linear, 10)
+
+
+def _fast(schedule, size, tuning):
+    phased = KERNELS.get("blend_phases")
+    if phased is None:
+        pytest.skip("numba is not installed (or TOKENLOOM_DISABLE_NUMBA is set)")
+    dataset_index = numpy.empty(size, dtype=numpy.int16)
+    sample_index = numpy.empty(size, dtype=numpy.int64)
+    target, period = tuning if tuning else (None, None)
+    phased.run(*schedule, phase_offsets(schedule), dataset_index, sample_index, target, period)
+    return dataset_index, sample_index
+
+
+@st.composite
+def wide_schedules(draw):
+    """Like :func:`schedules` over up to 48 datasets, with adversarial rows: small
+    integer ratios (exact ties), ulp-close weights, many zeros, equal rows."""
+    k = draw(st.integers(1, 48))
+    gaps = draw(st.lists(st.integers(1, 500), min_size=0, max_size=3))
+    starts = numpy.cumsum([0, *gaps]).astype(numpy.int64)
+    rng = numpy.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    rows = []
+    for _ in starts:
+        family = draw(st.sampled_from(["ratios", "ulp", "zeros", "equal", "random"]))
+        if family == "ratios":
+            raw = rng.integers(0, 5, k).astype(float)
+        elif family == "ulp":
+            raw = numpy.nextafter(numpy.ones(k), 2.0) ** rng.integers(0, 4, k)
+        elif family == "zeros":
+            raw = rng.random(k) * (rng.random(k) < 0.3)
+        elif family == "equal":
+            raw = numpy.ones(k)
+        else:
+            raw = rng.lognormal(size=k)
+        if raw.sum() == 0:
+            raw[0] = 1.0
+        rows.append(raw / raw.sum())
+    linear = numpy.array(
+        [0 < p < starts.size - 1 and draw(st.booleans()) for p in range(starts.size)]
+    )
+    size = draw(st.integers(0, int(starts[-1]) + 600))
+    return starts, numpy.stack(rows), linear, size
+
+
+TUNING = st.one_of(st.none(), st.tuples(st.integers(1, 30), st.integers(1, 300)))
+
+
+@SETTINGS
+@given(st.one_of(schedules(), wide_schedules()), TUNING)
+def test_the_fast_kernel_equals_the_reference(case, tuning):
+    """``blend_phases`` (level, calendar, certified winners, fallbacks and rebuilds: the
+    tiny tunings force them) gives the reference's bytes."""
+    starts, weights, linear, size = case
+    schedule = schedule_arrays(starts, weights, linear)
+    expected = reference.build_scheduled_blending_indices(schedule, size)
+    actual = _fast(schedule, size, tuning)
+    assert actual[0].tobytes() == expected[0].tobytes()
+    assert actual[1].tobytes() == expected[1].tobytes()
+
+
+def test_a_long_wide_schedule_takes_the_fast_kernel_and_equals_the_scan():
+    """300 lognormal sources, 200,000 samples, constant / ramp / constant: the public
+    builder routes to ``blend_phases`` and equals ``schedule_scan``."""
+    rng = numpy.random.default_rng(5)
+    weights = rng.lognormal(size=(3, 300))
+    weights[1, :40] = 0.0  # sources switched off, then ramped back in
+    weights /= weights.sum(axis=1, keepdims=True)
+    starts, linear, size = [0, 60_000, 140_000], [False, True, False], 200_000
+    schedule = schedule_arrays(starts, weights, linear)
+    assert dispatch.schedule_route(3, False, size, 300) == dispatch.FAST
+    actual = build_scheduled_blending_indices(starts, weights, linear, size)
+    expected = _kernel(schedule, size)
+    assert actual[0].tobytes() == expected[0].tobytes()
+    assert actual[1].tobytes() == expected[1].tobytes()

@@ -74,6 +74,7 @@ def _blending_kernels(token_dtypes: Sequence[str]) -> list[Any]:
     from tokenloom.kernels import KERNELS
 
     scan, fast = KERNELS.require("blend_scan"), KERNELS.require("blend_fast")
+    phased = KERNELS.require("blend_phases")
     weights = numpy.full(30, 1 / 30)
     sizes = numpy.full(30, 3, dtype=numpy.int64)
     out = (numpy.empty(90, dtype=numpy.int16), numpy.empty(90, dtype=numpy.int64))
@@ -83,7 +84,14 @@ def _blending_kernels(token_dtypes: Sequence[str]) -> list[Any]:
     phases = numpy.stack([weights, weights])
     starts, linear = numpy.array([0, 45], dtype=numpy.int64), numpy.zeros(2, dtype=bool)
     scan.schedule_scan(starts, phases, linear, phases, *out)
-    return [scan.blend_scan, scan.exhaustive_scan, scan.schedule_scan, fast.greedy]
+    phased.run(starts, phases, linear, phases, *out)
+    return [
+        scan.blend_scan,
+        scan.exhaustive_scan,
+        scan.schedule_scan,
+        fast.greedy,
+        phased.schedule_fast,
+    ]
 
 
 def _shuffle_kernels(token_dtypes: Sequence[str]) -> list[Any]:

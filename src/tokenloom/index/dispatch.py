@@ -17,7 +17,9 @@ blending           ``datasets < BLEND_SCAN_BELOW``                           ``S
 blending           otherwise                                                ``FAST`` kernel
 schedule blend     one phase, every weight > 0                              ``FIXED`` (blending)
 schedule blend     ``size <= SCHEDULE_REFERENCE_MAX_SAMPLES``               ``REFERENCE``
-schedule blend     otherwise                                                ``SCAN`` kernel
+schedule blend     ``datasets < BLEND_SCAN_BELOW``, or two datasets with     ``SCAN`` kernel
+                   the same weight in every phase
+schedule blend     otherwise                                                ``FAST`` kernel
 exhaustive blend   ``sum(sizes) * (datasets + 750) <= BLEND_NUMPY_MAX_WORK`` ``REFERENCE``
 exhaustive blend   ``datasets < BLEND_SCAN_BELOW``                           ``SCAN`` kernel
 exhaustive blend   otherwise                                                ``FAST`` kernel
@@ -117,7 +119,8 @@ reading and writing the generator state costs more than the kernel saves on them
 
 SCHEDULE_REFERENCE_MAX_SAMPLES = 2048
 """Schedule blends of up to this many samples run the reference (no numba load); longer
-ones the schedule scan kernel. Not yet measured (BENCHMARKS.md has no schedule row)."""
+ones a schedule kernel (the scan, or from ``BLEND_SCAN_BELOW`` datasets on the
+sub-linear ``kernels.blend_phases``)."""
 
 BIJECTION_KERNEL_MIN_POSITIONS = 16
 """Rows of fewer positions of a bijection shuffle are computed in Python (one position
@@ -139,14 +142,26 @@ def blending_route(num_datasets: int, size: int) -> str:
     return SCAN if num_datasets < BLEND_SCAN_BELOW else FAST
 
 
-def schedule_route(num_phases: int, all_positive: bool, size: int) -> str:
+def schedule_route(
+    num_phases: int,
+    all_positive: bool,
+    size: int,
+    num_datasets: int = 1,
+    distinct: bool = True,
+) -> str:
     """``FIXED`` (``build_blending_indices``, the same bytes) for a one-phase schedule of
-    positive weights, else ``REFERENCE`` up to ``SCHEDULE_REFERENCE_MAX_SAMPLES`` samples
-    and the ``SCAN`` kernel (``blend_scan.schedule_scan``) above, for
+    positive weights, else ``REFERENCE`` up to ``SCHEDULE_REFERENCE_MAX_SAMPLES`` samples;
+    above, the ``SCAN`` kernel (``blend_scan.schedule_scan``) for fewer than
+    ``BLEND_SCAN_BELOW`` datasets or when two datasets have the same weight in every
+    phase (not ``distinct``: their errors tie often, which the sub-linear kernel pays
+    for with full scans; the fixed blend's groups have no schedule twin yet), else the
+    ``FAST`` kernel (``blend_phases.schedule_fast``), for
     ``build_scheduled_blending_indices``."""
     if num_phases == 1 and all_positive:
         return FIXED
-    return REFERENCE if size <= SCHEDULE_REFERENCE_MAX_SAMPLES else SCAN
+    if size <= SCHEDULE_REFERENCE_MAX_SAMPLES:
+        return REFERENCE
+    return FAST if num_datasets >= BLEND_SCAN_BELOW and distinct else SCAN
 
 
 def exhaustive_route(num_datasets: int, total: int) -> str:

@@ -78,15 +78,24 @@ def build_scheduled_blending_indices(
     of :func:`tokenloom.index.dispatch.schedule_route`."""
     schedule = schedule_arrays(starts, weights, linear)
     size = arguments.as_int(size, "size", minimum=0)
-    route = dispatch.schedule_route(schedule[0].size, bool(numpy.all(schedule[1] > 0)), size)
+    starts, weights, linear = schedule
+    distinct = numpy.unique(weights.T, axis=0).shape[0] == weights.shape[1]
+    route = dispatch.schedule_route(
+        starts.size, bool(numpy.all(weights > 0)), size, weights.shape[1], distinct
+    )
     if route == dispatch.FIXED:
-        return build_blending_indices(schedule[1][0], size)
-    kernels = KERNELS.get("blend_scan") if route == dispatch.SCAN else None
+        return build_blending_indices(weights[0], size)
+    kernels = None
+    if route != dispatch.REFERENCE:
+        kernels = KERNELS.get("blend_scan" if route == dispatch.SCAN else "blend_phases")
     if kernels is None:
         return reference.build_scheduled_blending_indices(schedule, size)
     dataset_index = numpy.empty(size, dtype=numpy.int16)
     dataset_sample_index = numpy.empty(size, dtype=numpy.int64)
-    starts, weights, linear = schedule
     offsets = phase_offsets(schedule)
-    kernels.schedule_scan(starts, weights, linear, offsets, dataset_index, dataset_sample_index)
+    out = (dataset_index, dataset_sample_index)
+    if route == dispatch.SCAN:
+        kernels.schedule_scan(starts, weights, linear, offsets, *out)
+    else:
+        kernels.run(starts, weights, linear, offsets, *out)
     return dataset_index, dataset_sample_index

@@ -72,6 +72,7 @@ KERNEL_MODULES = (
     "sample_index",
     "blend_scan",
     "blend_fast",
+    "blend_phases",
     "shuffle",
     "batch",
     "permutation",

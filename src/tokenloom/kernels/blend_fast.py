@@ -41,6 +41,10 @@ from tokenloom.kernels import blend_queue as queues
 INF_STEP = numpy.int64(1 << 62)
 #: relative/absolute slack that makes activation steps safe lower bounds (>> 2**-52)
 SLACK = 1e-12
+#: int64 bits of a float64, made to sort as the floats do (:func:`ordered`)
+ORDER_MASK = numpy.int64(0x7FFFFFFFFFFFFFFF)
+ORDER_MIN = numpy.int64(-0x7FFFFFFFFFFFFFFF - 1)
+KEY_NONE = numpy.int64(1 << 62)
 
 
 def target_active(num_groups: int) -> Any:
@@ -170,10 +174,20 @@ def new_state(n: int) -> tuple[Any, ...]:  # pragma: no cover - compiled
     counts = numpy.zeros(n, dtype=numpy.int64)  # samples of each member still in the round
     pos = numpy.zeros(n, dtype=numpy.int64)  # next member of each group (round-robin)
     spent = numpy.zeros(n, dtype=numpy.bool_)
-    act = numpy.empty(n, dtype=numpy.int64)  # the active set: group, weight, count, id
-    act_w, act_c, act_id = numpy.empty(n), numpy.empty(n), numpy.empty(n, dtype=numpy.int64)
+    act = numpy.empty(n, dtype=numpy.int64)  # the active set: group, weight, count, key
+    act_w, act_c, act_key = numpy.empty(n), numpy.empty(n), numpy.empty(n, dtype=numpy.int64)
     work = (numpy.empty(n), numpy.empty(n, dtype=numpy.int64))
-    return counts, pos, spent, act, act_w, act_c, act_id, work
+    return counts, pos, spent, act, act_w, act_c, act_key, work
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def ordered(value: float) -> Any:  # pragma: no cover - compiled
+    """``value``'s float64 bits as an int64 of the same order (``-0.0`` and ``0.0`` equal,
+    as the floats compare; no NaN ever reaches it): the magnitude bits, negated for a
+    negative value."""
+    bits = numpy.array([value]).view(numpy.int64)[0]
+    sign = bits >> 63
+    return ((bits & ORDER_MASK) ^ sign) - sign
 
 
 @numba.njit(cache=True, nogil=True)
@@ -191,13 +205,19 @@ def greedy(
     of steps after which the level is re-chosen anyway.  Returns the numbers of
     rebuilds and of fallbacks (for profiling).  The per-step work is written out here
     on purpose: numba reference-counts the array arguments of inlined helpers, which
-    doubled the cost of a step."""  # pragma: no cover - compiled
+    doubled the cost of a step.  The active set's winner is found in three branch-free
+    passes that LLVM vectorises: the float64 errors (the C++ expression), their maximum
+    as order-preserving int64 bits, and the smallest ``id << 16 | slot`` among the
+    maxima (the lowest id wins a tie)."""  # pragma: no cover - compiled
     weights, inverse, sizes, starts, members, limits = groups
     n = weights.shape[0]
     head, nxt, far_keys, far_ids, meta = queue
-    counts, pos, spent, act, act_w, act_c, act_id, work = new_state(n)
+    counts, pos, spent, act, act_w, act_c, act_key, work = new_state(n)
+    errors = numpy.empty(n)
+    bits = errors.view(numpy.int64)
     before = numpy.int64(dataset_index.shape[0]) * 0 - 1  # not a literal: one compile
     level = rebuild(groups, counts, spent, before, target, queue, work)
+    level_bits = ordered(level)
     num_active = last_rebuild = rebuilds = fallbacks = 0
     for t in range(dataset_index.shape[0]):
         s = max(numpy.float64(t), 1.0)
@@ -205,14 +225,22 @@ def greedy(
         for k in range(num_active, due):
             g = act[k]
             act_w[k], act_c[k] = weights[g], numpy.float64(counts[g])
-            act_id[k] = members[starts[g] + pos[g]]
+            act_key[k] = (members[starts[g] + pos[g]] << 16) | k
         num_active = due
-        slot, best_id, best_error = -1, 1 << 62, -numpy.inf
-        for k in range(num_active):  # exact winner of the active set, lowest id on ties
-            error = act_w[k] * s - act_c[k]
-            if error > best_error or (error == best_error and act_id[k] < best_id):
-                slot, best_id, best_error = k, act_id[k], error
-        fallback = slot < 0 or best_error < level
+        for k in range(num_active):
+            errors[k] = act_w[k] * s - act_c[k]
+        top = ORDER_MIN
+        for k in range(num_active):
+            b = bits[k]
+            sign = b >> 63
+            b = ((b & ORDER_MASK) ^ sign) - sign  # as ordered(), written out
+            bits[k] = b
+            top = max(top, b)
+        key = KEY_NONE
+        for k in range(num_active):
+            key = min(key, act_key[k] if bits[k] == top else KEY_NONE)
+        fallback = top < level_bits
+        slot = key & 0xFFFF
         best = scan_all(groups, counts, pos, spent, s) if fallback else act[slot]
         dataset_index[t] = members[starts[best] + pos[best]]
         dataset_sample_index[t] = counts[best]
@@ -225,9 +253,10 @@ def greedy(
             fallbacks += fallback
             target = adapt_target(target, t - last_rebuild, fallback, period, n)
             level = rebuild(groups, counts, spent, t, target, queue, work)
+            level_bits = ordered(level)
             num_active, last_rebuild, rebuilds = 0, t, rebuilds + 1
             continue
-        act_id[slot] = members[starts[best] + pos[best]]
+        act_key[slot] = (members[starts[best] + pos[best]] << 16) | slot
         if pos[best] > 0:  # same error, next member: stays active
             continue
         act_c[slot] += 1.0
@@ -235,7 +264,8 @@ def greedy(
         if step > t + 1:  # below the level again: back to the queue
             num_active -= 1
             act[slot], act_w[slot] = act[num_active], act_w[num_active]
-            act_c[slot], act_id[slot] = act_c[num_active], act_id[num_active]
+            act_c[slot] = act_c[num_active]
+            act_key[slot] = (act_key[num_active] & ~numpy.int64(0xFFFF)) | slot
             if step < INF_STEP:
                 queues.push(head, nxt, far_keys, far_ids, meta, t, step, best)
     return rebuilds, fallbacks
