@@ -104,6 +104,28 @@ def test_idx_path_from_the_absolute_prefix(prefix):
 
 
 @pytest.mark.parametrize(
+    "path",
+    [
+        "/a/b",
+        "/a//b",
+        "//a",
+        "/a/./b",
+        "/a/../b",
+        "/a/.x/b",
+        "/a/b/",
+        "/",
+        "/a/b.",
+        "a/b",
+        "/a/b/..",
+    ],
+)
+def test_absolute_prefixes_are_their_own_abspath(path):
+    from tokenloom.builder.startup import _absolute
+
+    assert _absolute(path) == os.path.abspath(path)
+
+
+@pytest.mark.parametrize(
     "value", ['p\u00e9"\\\n', "", 0, -3, 10**30, None, True, 1.5, [1, "x"], {"a": None}]
 )
 def test_json_scalar_is_describe(value):

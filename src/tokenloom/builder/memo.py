@@ -58,10 +58,13 @@ MAX_MEMO_BYTES = 256 * 1024 * 1024
 """A longer memo (several million prefixes) is ignored: read bounded, like every file."""
 
 
-def memo_path(path_to_cache: str, class_name: str, prefixes: Iterable[str]) -> str:
-    """Where the memo of a blend of ``prefixes`` (built as ``class_name``) lives."""
-    absolute = [os.path.abspath(p) for p in prefixes]
-    text = json.dumps([class_name, absolute])
+def memo_path(
+    path_to_cache: str, class_name: str, prefixes: Iterable[str], *, absolute: bool = False
+) -> str:
+    """Where the memo of a blend of ``prefixes`` (built as ``class_name``) lives
+    (``absolute``: the prefixes are already ``os.path.abspath``'s results)."""
+    absolute_ = list(prefixes) if absolute else [os.path.abspath(p) for p in prefixes]
+    text = json.dumps([class_name, absolute_])
     digest = hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
     return os.path.join(path_to_cache, f"{digest}-startup-memo.json")
 
@@ -91,13 +94,11 @@ def _row(facts: PairFacts) -> Row:
     ]
 
 
+_ROW_TYPES = [int] * 7 + [str]
+
+
 def _facts(prefix: str, path: str, row: object, bin_stat: os.stat_result) -> PairFacts:
-    if (
-        type(row) is not list
-        or len(row) != 8
-        or not all(type(v) is int for v in row[:7])
-        or type(row[7]) is not str
-    ):
+    if type(row) is not list or list(map(type, row)) != _ROW_TYPES:
         raise ValueError(f"malformed entry {row!r}")
     name, _, digest = row[7].partition(":")
     if name != DIGEST_NAME:

@@ -15,10 +15,11 @@ For one build of the GPT datasets of a blend, a :class:`Startup` (made by
   changing file, a missing or short ``.bin``) opens it in full, which reports problems
   as usual; a fully opened prefix is wrapped in a lazy dataset when its facts could be
   recorded, so that :meth:`Startup.release` can close it after the build;
-* :meth:`Startup.warm_start`: for each lazy dataset, a :class:`PrefixWarmStart` handed
-  to its ``GPTDataset``s: their cache key written directly from the known facts (the
-  same text as the full description, which the tests compare) and the sample count the
-  memo recorded for that key, so that loading the indices waits for their first use;
+* :meth:`Startup.warm_start`: for each lazy dataset, a
+  :class:`~tokenloom.builder.warm_keys.PrefixWarmStart` handed to its ``GPTDataset``s:
+  their cache key written directly from the known facts (the same text as the full
+  description, which the tests compare) and the sample count the memo recorded for
+  that key, so that loading the indices waits for their first use;
 * :meth:`Startup.finish`: records the datasets' lengths and saves the memo.
 
 Everything here is an optimisation: with no memo, or a miss, datasets are opened and
@@ -27,38 +28,30 @@ keyed in full.
 
 from __future__ import annotations
 
-import copy
 import inspect
 import os
 import stat as stat_module
-from collections.abc import Iterable, Mapping
-from typing import Any, Optional, SupportsInt, Union
+from collections.abc import Iterable
+from typing import Optional, SupportsInt, Union
 
 from tokenloom.builder.memo import StartupMemo, memo_path, recordable
-from tokenloom.cache import CacheKey, describe, json_scalar
+from tokenloom.builder.warm_keys import BuildMiddles, PrefixWarmStart, identity_json
 from tokenloom.datasets.config import GPTDatasetConfig
 from tokenloom.datasets.gpt import GPTDataset
-from tokenloom.datasets.megatron_dataset import tokenizer_identity
 from tokenloom.format import DType, IndexedDataset, LazyIndexedDataset, PairFacts
 from tokenloom.format.identity import DIGEST_NAME, idx_digest, stat_key
 from tokenloom.format.index_file import IndexFile
-from tokenloom.process_caches import GPT_DESCRIPTION_MIDDLES
 
-__all__ = ["SMALL_IDX_BYTES", "PrefixWarmStart", "Startup", "accepts_start_keywords"]
+__all__ = [
+    "SMALL_IDX_BYTES",
+    "PrefixWarmStart",
+    "Startup",
+    "accepts_start_keywords",
+    "identity_json",
+]
 
 SMALL_IDX_BYTES = 1 << 20
 """``.idx`` files up to this size are read whole (larger ones are memory-mapped)."""
-_UNIQUE_KEYS = (
-    "class",
-    "dataset_path",
-    "num_samples",
-    "index_split",
-    "random_seed",
-    "sequence_length",
-    "split",
-    "split_matrix",
-    "tokenizer",
-)
 
 
 def accepts_start_keywords(cls: type) -> bool:
@@ -75,6 +68,7 @@ class Startup:
 
     def __init__(self, memo: StartupMemo, config: GPTDatasetConfig, exact_gpt: bool) -> None:
         self.memo, self.config, self.exact_gpt = memo, config, exact_gpt
+        self._middles = BuildMiddles()
 
     @classmethod
     def for_blend(
@@ -93,8 +87,10 @@ class Startup:
             or any(p is None or str(p).startswith(("s3://", "msc://")) for p in prefixes)
         ):
             return None
-        absolute = {p: os.path.abspath(p) for p in prefixes}
-        path = memo_path(config.path_to_cache, dataset_class.__name__, list(absolute.values()))
+        absolute = {p: _absolute(p) for p in prefixes}
+        path = memo_path(
+            config.path_to_cache, dataset_class.__name__, absolute.values(), absolute=True
+        )
         return cls(StartupMemo.load(path, absolute), config, dataset_class is GPTDataset)
 
     def _lazy(
@@ -223,7 +219,7 @@ class Startup:
         """What the GPT datasets of ``low_level`` can take from the facts, when known."""
         if not isinstance(low_level, LazyIndexedDataset):
             return None
-        return PrefixWarmStart(low_level.facts, self.memo, self.exact_gpt)
+        return PrefixWarmStart(low_level.facts, self.memo, self.exact_gpt, self._middles)
 
     @staticmethod
     def release(low_level: object) -> None:
@@ -242,6 +238,15 @@ class Startup:
             ):
                 self.memo.record_length(dataset.cache_key.stem, len(dataset))
         self.memo.save()
+
+
+def _absolute(path: str) -> str:
+    """``os.path.abspath(path)``; a ``str`` that is already absolute and normal (no
+    ``//``, no component starting with ``.``, no trailing ``/``) is its own, unchanged."""
+    if type(path) is str and path[:1] == "/" and "//" not in path and "/." not in path:
+        if not path.endswith("/"):
+            return path
+    return os.path.abspath(path)
 
 
 def _identity_int(value: object) -> int:
@@ -268,89 +273,3 @@ def _read_small(path: str) -> Optional[tuple[bytes, os.stat_result]]:
     if len(data) != before.st_size or stat_key(after) != stat_key(before):
         return None  # changing while read
     return data, after
-
-
-class PrefixWarmStart:
-    """The :class:`~tokenloom.datasets.gpt.WarmStart` of the GPT datasets of one prefix
-    whose facts are known.
-
-    Args:
-        facts: the prefix's facts.
-        memo: the blend's memo (sample counts by cache stem).
-        exact_gpt: whether the datasets are plain ``GPTDataset``s (the direct key is
-            written for those only: a subclass may describe itself differently).
-    """
-
-    def __init__(self, facts: PairFacts, memo: StartupMemo, exact_gpt: bool) -> None:
-        self.facts, self.memo, self.exact_gpt = facts, memo, exact_gpt
-
-    def cache_key(self, dataset: GPTDataset) -> Optional[CacheKey]:
-        """``CacheKey(class, split, dataset.cache_identifiers)``, its description written
-        piece by piece (the JSON of a mapping is its members' JSON joined)."""
-        ids = dataset.unique_identifiers
-        if not self.exact_gpt or type(dataset) is not GPTDataset or tuple(ids) != _UNIQUE_KEYS:
-            return None
-        config = dataset.config
-        if not isinstance(config, GPTDatasetConfig):
-            return None
-        middle = _middle_description(ids, config, dataset.drop_last_partial_sequence)
-        text = (
-            f'{{"class":{json_scalar(ids["class"])},"dataset_path":'
-            f'{json_scalar(ids["dataset_path"])},"num_samples":'
-            f'{json_scalar(ids["num_samples"])},"index_split":'
-            f'{json_scalar(ids["index_split"])},{middle[1:-1]},"sequence_count":'
-            f'{json_scalar(self.facts.sequence_count)},"data":{identity_json(self.facts)}}}'
-        )
-        return CacheKey.from_description(type(dataset).__name__, dataset.index_split.name, text)
-
-    def known_length(self, key: CacheKey) -> Optional[int]:
-        """Samples of the entry cached under ``key``, as the memo recorded them."""
-        return self.memo.length(key.stem)
-
-
-def identity_json(facts: PairFacts) -> str:
-    """``describe(facts.file_identity())``, written directly (sizes and times are ints,
-    the digest a str: see ``test_builder_warm_keys``)."""
-    size, mtime = facts.idx_stat[0], facts.idx_stat[1]
-    return (
-        f'{{"idx":{{"size":{size},"mtime_ns":{mtime},{json_scalar(DIGEST_NAME)}:'
-        f'{json_scalar(facts.idx_digest)}}},"bin":{{"size":{json_scalar(facts.bin_size)},'
-        f'"mtime_ns":{json_scalar(facts.bin_mtime_ns)}}}}}'
-    )
-
-
-def _middle_description(ids: Mapping[str, Any], config: GPTDatasetConfig, drop_last: bool) -> str:
-    """The config part of a GPT cache description (the same for every prefix of a blend),
-    remembered by the exact values it is made of; the tokenizer identity is compared by
-    value (a copy is kept), so a changed tokenizer is never described by an old text."""
-    tokenizer = tokenizer_identity(config.tokenizer)
-    extra = bool(config.add_extra_token_to_sequence)
-    key: Optional[tuple[str, bool, bool]]
-    try:  # repr tells 4096 from 4096.0, True and numpy.int64(4096): a type change misses
-        key = (
-            repr((ids["random_seed"], ids["sequence_length"], ids["split"], ids["split_matrix"])),
-            extra,
-            drop_last,
-        )
-        known = GPT_DESCRIPTION_MIDDLES.get(key)
-        if isinstance(known, tuple) and type(known[0]) is type(tokenizer) and known[0] == tokenizer:
-            return str(known[1])
-    except (TypeError, ValueError):  # unhashable or incomparable values: no memo
-        key = None
-    text = describe(
-        {
-            "random_seed": ids["random_seed"],
-            "sequence_length": ids["sequence_length"],
-            "split": ids["split"],
-            "split_matrix": ids["split_matrix"],
-            "tokenizer": tokenizer,
-            "add_extra_token_to_sequence": extra,
-            "drop_last_partial_sequence": drop_last,
-        }
-    )
-    if key is not None:
-        try:
-            GPT_DESCRIPTION_MIDDLES.put(key, (copy.deepcopy(tokenizer), text))
-        except Exception:  # noqa: BLE001 - an identity that cannot be copied: no memo
-            pass
-    return text

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Optional
+from typing import Optional, Union
 
 import numpy
 
@@ -42,7 +42,9 @@ class CachedIndices:
         cache, key: where the arrays are cached; ``cache=None``: they are not cached.
         build: builds the arrays.
         where: names the dataset in warnings and errors (called only for those).
-        checks: stored with the entry, and compared on lookup.
+        checks: stored with the entry, and compared on lookup; a callable returning
+            them is called once, when they are first needed (a deferred entry that is
+            never read never computes them).
         verify: how loads check the entry (``"size"`` or ``"checksum"``).
         can_build: whether a missing or damaged entry may be built; if not, it raises
             CacheError naming the file.
@@ -62,7 +64,7 @@ class CachedIndices:
         build: Callable[[], Arrays],
         where: Callable[[], str],
         *,
-        checks: Optional[Mapping[str, object]] = None,
+        checks: Union[None, Mapping[str, object], Callable[[], Mapping[str, object]]] = None,
         verify: str = "checksum",
         can_build: bool = True,
         validate: Optional[Callable[[Arrays, str], None]] = None,
@@ -70,14 +72,25 @@ class CachedIndices:
     ) -> None:
         self.names, self.cache, self.key = names, cache, key
         self.build, self.where = build, where
-        self.checks = dict(checks) if checks else None
+        self._checks = checks
         self.verify, self.can_build, self.validate = verify, can_build, validate
         self.wrap = wrap
         self.expected_length: Optional[int] = None
         self._arrays: Optional[Arrays] = None
         self._lazy: Optional[LazyArrays] = None
+        self._deferred: Optional[str] = None  # the verify mode of a deferred entry
         self._rebuild = False
         self._length_of = names[-1]
+
+    @property
+    def checks(self) -> Optional[dict[str, object]]:
+        """What is stored with the entry and compared on lookup (computed on first use)."""
+        given = self._checks
+        if callable(given):
+            given = given()
+        checks = dict(given) if given else None
+        self._checks = checks
+        return checks
 
     @property
     def loaded(self) -> bool:
@@ -131,7 +144,7 @@ class CachedIndices:
         ``length_of``: the array whose length ``expected_length`` is (the last name)."""
         if self.cache is None or self.key is None:
             raise CacheError("cannot defer indices that are not cached")
-        self._lazy = self.cache.lazy(self.key, self.names, verify=verify, checks=self.checks)
+        self._deferred = verify  # the entry's view is made at the first arrays() call
         self.expected_length, self._rebuild = expected_length, rebuild
         self._length_of = length_of or self.names[-1]
 
@@ -144,6 +157,10 @@ class CachedIndices:
 
     def _load_deferred(self) -> Arrays:
         lazy = self._lazy
+        if lazy is None and self._deferred is not None and self.cache is not None and self.key:
+            lazy = self._lazy = self.cache.lazy(
+                self.key, self.names, verify=self._deferred, checks=self.checks
+            )
         if lazy is None:
             self.load_or_build()
         else:
@@ -179,6 +196,7 @@ class CachedIndices:
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
+        state["_checks"] = self.checks  # computed: a callable need not pickle
         if state.get("_lazy") is not None:
             state["_arrays"] = None  # reopen the cached indices by mmap in the worker
         return state

@@ -100,10 +100,14 @@ def read_table(handle: IO[bytes], size: int) -> tuple[Optional[dict[str, tuple[i
         body = int(record["body_bytes"])
         if record.get("format") != PACK_FORMAT or start + body != size:
             return None, f"{size} bytes, expected {start + body} (truncated?)"
+        rows = record["entries"]
+        if type(rows) is not list:
+            raise TypeError(f"entries is a {type(rows).__name__}, not a list")
+        # the writer writes [str, int, int] rows: any other row is skipped (a miss)
         entries = {
-            str(s): (start + int(o), int(n))
-            for s, o, n in record["entries"]
-            if 0 <= int(o) and int(o) + int(n) <= body
+            s: (start + o, n)
+            for s, o, n in rows
+            if type(s) is str and type(o) is int and type(n) is int and 0 <= o <= body - n
         }
     except (ValueError, KeyError, TypeError, struct.error) as error:
         return None, repr(error)

@@ -126,6 +126,8 @@ def _check_weights(name: str, weights: object, count: int) -> Optional[list[floa
             "must be equal in number"
         )
     for weight in weights:
+        if type(weight) is float and 0 < weight < math.inf:  # the usual case, at once
+            continue
         if not is_real(weight) or not is_finite(weight) or weight <= 0:
             raise ConfigError(
                 f"{name}: weight {weight!r} must be a finite number > 0; remove a prefix "

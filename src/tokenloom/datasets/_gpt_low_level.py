@@ -73,11 +73,12 @@ def checked_indices(low_level: Any, indices: Any) -> npt.NDArray[Any]:
             f"{array.dtype} with shape {array.shape}"
         )
     count = sequence_count(low_level)
-    if array.size and (int(array.min()) < 0 or int(array.max()) >= count):
-        raise ConfigError(
-            f"indexed_indices reach [{int(array.min())}, "
-            f"{int(array.max())}] but the dataset has {count} sequences"
-        )
+    if array.size:  # the ufuncs' reduce directly: no Python layer of ndarray.min/max
+        low, high = int(numpy.minimum.reduce(array)), int(numpy.maximum.reduce(array))
+        if low < 0 or high >= count:
+            raise ConfigError(
+                f"indexed_indices reach [{low}, {high}] but the dataset has {count} sequences"
+            )
     return array
 
 

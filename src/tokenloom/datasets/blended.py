@@ -61,6 +61,11 @@ def _check_weights(
     weights: Sequence[Union[int, float]], size: Optional[int]
 ) -> list[Union[int, float]]:
     weights = list(weights)
+    if weights and set(map(type, weights)) == {float}:  # the usual blend, checked at once
+        floats = numpy.asarray(weights)
+        if bool(numpy.all(floats > 0)) and bool(numpy.all(numpy.isfinite(floats))):
+            if size is not None or bool(numpy.all(floats == numpy.trunc(floats))):
+                return weights
     kinds = {_is_int(w) for w in weights}
     if len(kinds) > 1:
         raise ConfigError(f"weights {weights}: mix integers and floats; give all of one type")

@@ -122,12 +122,13 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
         self._length: Optional[int] = None
         self.cache: Optional[IndexCache] = None
         self.cache_key: Optional[CacheKey] = None
-        self._sample_hook = self.overrides("_query_document_sample_shuffle_indices")
+        subclass = type(self) is not GPTDataset  # GPTDataset itself overrides no hook
+        self._sample_hook = subclass and self.overrides("_query_document_sample_shuffle_indices")
         self._ranges = wants_ranges(config)
         self._plain = not (self._sample_hook or self._ranges)  # dataset[i]'s hot path
-        self._size_hooks = any(self.overrides(name) for name in SIZE_HOOKS)
+        self._size_hooks = subclass and any(self.overrides(name) for name in SIZE_HOOKS)
         self._pending_cache = (index_cache, warm_start)
-        if self.overrides("_build_document_sample_shuffle_indices"):
+        if subclass and self.overrides("_build_document_sample_shuffle_indices"):
             self.cached_indices = self._given_indices(self._build_document_sample_shuffle_indices())
         else:
             self.cached_indices = self.cached_indices_from_cache()
@@ -183,7 +184,8 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
     ) -> CachedIndices:
         directory = default_cache_dir(self.config, self.dataset, type(self).__name__)
         verify = "size" if self.config.fast_cache_load else "checksum"
-        checks = None if self.indices is None else {"indices": array_digest(self.indices)}
+        indices = self.indices  # digested when the entry is first read or built
+        checks = None if indices is None else (lambda: {"indices": array_digest(indices)})
         cache = (
             index_cache if index_cache is not None or directory is None else IndexCache(directory)
         )
@@ -194,7 +196,7 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
                 type(self).__name__, self.index_split.name, self.cache_identifiers
             )
             self.cache, self.cache_key = cache, key
-        indices = CachedIndices(
+        held = CachedIndices(
             INDEX_NAMES,
             cache,
             key,
@@ -213,15 +215,15 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
             and self.config.defer_npy_index_mmap
             and cache.exists(key, INDEX_NAMES)
         ):
-            indices.defer(verify="size")
+            held.defer(verify="size")
         elif known is not None:
-            indices.defer(
+            held.defer(
                 verify=verify, expected_length=known, rebuild=True, length_of="shuffle_index"
             )
             self._length = known
         else:
-            indices.load_or_build()
-        return indices
+            held.load_or_build()
+        return held
 
     def _where(self) -> str:
         """Names this split and, when the config's split matrix gives it, its range."""

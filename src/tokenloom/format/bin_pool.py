@@ -109,6 +109,8 @@ class BinPool:
         """Keep at most ``bound`` (>= 1) open from now on, evicting the excess now."""
         if bound < 1:
             raise ValueError(f"max_open_bin_files must be >= 1, got {bound}")
+        if bound == self.bound:  # every dataset of a config resizes to the same bound
+            return
         with self._lock:
             self.bound = int(bound)
             victims = self._victims(-1)
