@@ -84,6 +84,12 @@ def layout_from_state(state: dict[str, Any], base: Layout) -> tuple[Layout, Resu
     """The layout and resume point of a saved loader state (its sampler arguments win
     over the config's; an elastic run may be resumed with another data-parallel size,
     so ``base``'s is kept for it)."""
+    if isinstance(state, dict) and state.get("mixture") is not None:
+        raise ConfigError(
+            "--state: the state was saved after a mixture change "
+            "(load_state_dict(state, allow_mixture_change=True)); trace does not follow "
+            "the continued blend yet"
+        )
     try:
         layout = replace(
             base,

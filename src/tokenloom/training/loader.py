@@ -15,10 +15,10 @@ from typing import Any, Optional
 
 import torch
 
-from tokenloom.attributes import has_attribute
 from tokenloom.errors import ConfigError
 from tokenloom.training.checks import flag, optional_flag
-from tokenloom.training.collate import BatchFetcher, collate_batch, make_fetcher, no_collate
+from tokenloom.training.collate import BatchFetcher, make_fetcher, no_collate, warm_before_fork
+from tokenloom.training.mixture_resume import SourceBook
 from tokenloom.training.options import (
     DATALOADER_TYPES,
     check_dataloader_type,
@@ -39,9 +39,8 @@ from tokenloom.training.samplers import (
     HybridCPMegatronPretrainingSampler,
     MegatronPretrainingRandomSampler,
     MegatronPretrainingSampler,
-    RandomSeedDataset,
 )
-from tokenloom.training.state import STATE_FORMAT, check_state, dataset_fingerprint
+from tokenloom.training.state import STATE_FORMAT, check_state, dataset_fingerprint, same_dataset
 from tokenloom.training.state_schema import OLD_STATE_FORMAT
 
 __all__ = [
@@ -95,9 +94,16 @@ class PretrainingDataLoader:
         self._requests = Requests(self.batch_sampler, 0)
         self._requests.ranges = options["skip_batches"]
         self._unit = skip_unit(options, self._step())
-        self.fetcher = fetcher
-        self.dataloader = torch.utils.data.DataLoader(
-            fetcher, sampler=self._requests, batch_size=None, collate_fn=no_collate, **loader_kwargs
+        self.fetcher, self._kwargs, self._book = fetcher, loader_kwargs, SourceBook(dataset)
+        self.dataloader = self._make_dataloader()
+
+    def _make_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(
+            self.fetcher,
+            sampler=self._requests,
+            batch_size=None,
+            collate_fn=no_collate,
+            **self._kwargs,
         )
 
     # -- samplers --------------------------------------------------------------------
@@ -201,28 +207,9 @@ class PretrainingDataLoader:
         """The DataLoader's batches; without workers the fetcher is called directly (torch's
         single-process iterator only adds per-batch overhead), pinned when asked."""
         if self.dataloader.num_workers > 0:
-            self._warm_before_fork()
+            self._warmed = self._warmed or warm_before_fork(self.dataloader, self.fetcher)
             return iter(self.dataloader)
         return (self.fetcher[request] for request in self._requests)
-
-    def _warm_before_fork(self) -> None:
-        """Fetch one sample in this process before forked workers start, so that they
-        inherit the loaded batch kernel instead of each loading it (~0.3-1 s apiece)."""
-        context = self.dataloader.multiprocessing_context
-        method = (
-            context.get_start_method()
-            if context is not None
-            else torch.multiprocessing.get_start_method()
-        )
-        if (
-            self._warmed
-            or method != "fork"
-            or isinstance(self.dataset, RandomSeedDataset)
-            or not has_attribute(self.dataset, "get_batch")
-        ):
-            return
-        self._warmed = True
-        collate_batch(self.dataset, [0], pool=self.fetcher.pool)
 
     @property
     def consumed_samples(self) -> int:
@@ -257,12 +244,18 @@ class PretrainingDataLoader:
             "seed": o["seed"],
             "skip_batches": [list(pair) for pair in self._requests.ranges],
             "dataset": dict(copy.deepcopy(self._fingerprint), blocked_documents=self._blocked()),
+            **self._book.fields(self._consumed, o["dataloader_type"] == "single"),
         }
 
     def _blocked(self) -> Optional[str]:
         return None if self.fetcher.blocker is None else str(self.fetcher.blocker.digest)
 
-    def load_state_dict(self, state: dict[str, Any], allow_data_change: bool = False) -> None:
+    def load_state_dict(
+        self,
+        state: dict[str, Any],
+        allow_data_change: bool = False,
+        allow_mixture_change: bool = False,
+    ) -> None:
         """Continue from ``state`` (saved by a loader built with the same arguments).
 
         The whole state is validated first. ConfigError when it does not fit: a field of
@@ -272,12 +265,17 @@ class PretrainingDataLoader:
         changed since the state was saved (a ``.bin``/``.idx`` pair regenerated or
         replaced, even with the same lengths). ``allow_data_change=True`` accepts a
         deliberate change of the files (and states saved before tokenloom recorded them)
-        with a logged warning; every other check still runs.
+        with a logged warning; every other check still runs. ``allow_mixture_change=True``
+        accepts a state saved over another mixture (``"single"`` only, any data-parallel
+        size) and continues every source (:mod:`tokenloom.training.mixture_resume`).
         """
         allow = flag("allow_data_change", allow_data_change)
-        kind = self.options["dataloader_type"]
-        saved = check_state(state, self.state_dict(), kind == "elastic", allow)
+        change = flag("allow_mixture_change", allow_mixture_change)
+        kind, current = self.options["dataloader_type"], self.state_dict()
+        saved = check_state(state, current, kind == "elastic", allow, change)
+        changed = not same_dataset(saved["dataset"], current["dataset"])
         consumed, pass_start, pass_batches = self._resume_point(saved)
+        served, stopped = self._book.plan(saved, kind, changed, allow)
         check_blocked(saved["dataset"]["blocked_documents"], self._blocked(), allow)
         ranges = resume_skip_batches(saved["skip_batches"], self._requests.ranges)
         self.options["skip_batches"] = self._requests.ranges = ranges
@@ -289,6 +287,10 @@ class PretrainingDataLoader:
             )
         if not (kind == "single" and consumed == len(self.dataset)):
             self._make_sampler(pass_start)  # raises on a count past the end or off a step
+        if served is not self.fetcher.dataset:  # workers must fork with the new one
+            self.fetcher.dataset = served
+            self.dataloader = self._make_dataloader()
+        self._book.adopt(served, stopped)
         self._consumed, self._pass_start, self._pass_batches = consumed, pass_start, pass_batches
         self._generation += 1
 

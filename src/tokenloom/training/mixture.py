@@ -12,7 +12,8 @@ instead of inventing an order (a source rebuilt with a larger ``num_samples`` is
 another order, so that is no fix either). Continuing into further epochs built
 deterministically is not implemented yet.
 
-Not yet wired into ``PretrainingDataLoader.load_state_dict(allow_mixture_change=True)``.
+The loader's path (``PretrainingDataLoader.load_state_dict(state,
+allow_mixture_change=True)``) is :mod:`tokenloom.training.mixture_resume`.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from tokenloom.training.data_identity import data_changes, pair_identities, summ
 from tokenloom.training.samplers import RandomSeedDataset
 from tokenloom.training.state_schema import OLD_STATE_FORMAT, STATE_FORMAT, validate_state
 
-__all__ = ["STATE_FORMAT", "check_state", "dataset_fingerprint"]
+__all__ = ["STATE_FORMAT", "check_state", "dataset_fingerprint", "same_dataset"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,13 +65,23 @@ def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
     }
 
 
+_KEYS = ("class", "length", "description_hash")
+
+
+def same_dataset(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether two dataset fingerprints are of one dataset (mixture, split, sizes)."""
+    return all(old[key] == new[key] for key in _KEYS)
+
+
 def _check_dataset(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-    for key in ("class", "length", "description_hash"):
+    for key in _KEYS:
         if old[key] != new[key]:
             raise ConfigError(
                 f"loader state is from another dataset: dataset {key} was "
                 f"{describe(old[key])}, this loader's is {describe(new[key])} (same files, "
-                "blend, split, seed and num_samples are needed to resume)"
+                "blend, split, seed and num_samples are needed to resume; a deliberate "
+                "change of the mixture loads with load_state_dict(state, "
+                "allow_mixture_change=True))"
             )
 
 
@@ -107,28 +117,38 @@ def _check_files(saved: Mapping[str, Any], new: Mapping[str, Any], allow: bool) 
 
 
 def check_state(
-    saved: Any, current: Mapping[str, Any], elastic: bool, allow_data_change: bool = False
+    saved: Any,
+    current: Mapping[str, Any],
+    elastic: bool,
+    allow_data_change: bool = False,
+    allow_mixture_change: bool = False,
 ) -> dict[str, Any]:
     """The checked copy of ``saved``, or ConfigError unless it can be loaded into a
     loader whose state is ``current``.
 
     ``allow_data_change`` accepts a state whose data files changed (or whose format
     predates the file identities), with a warning; everything else is still checked.
+    ``allow_mixture_change`` accepts a state of another dataset (its per-source checks
+    are :mod:`tokenloom.training.mixture_resume`'s) and, for the sequential sampler, of
+    another data-parallel size (its global order does not depend on it).
     """
     state = validate_state(saved)
-    _check_dataset(state["dataset"], current["dataset"])
+    changed = not same_dataset(state["dataset"], current["dataset"])
+    if not (allow_mixture_change and changed):
+        _check_dataset(state["dataset"], current["dataset"])
     for name in _SAME:
         if state[name] != current[name]:
             raise ConfigError(
                 f"loader state has {name}={describe(state[name])} but this loader was "
                 f"built with {name}={current[name]!r}; build it with the same arguments"
             )
-    if not elastic:
+    if not (elastic or (allow_mixture_change and current["dataloader_type"] == "single")):
         for name in ("data_parallel_size", "data_parallel_rank"):
             if state[name] != current[name]:
                 raise ConfigError(
                     f"loader state has {name}={state[name]!r}, this loader {current[name]!r}: "
                     "only dataloader_type='elastic' resumes at another data-parallel layout"
                 )
-    _check_files(state, current["dataset"], allow_data_change)
+    if not (allow_mixture_change and changed):
+        _check_files(state, current["dataset"], allow_data_change)
     return state

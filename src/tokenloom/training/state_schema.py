@@ -23,20 +23,24 @@ from tokenloom.training.checks import INT64_MAX, describe, is_integer
 
 __all__ = [
     "OLD_STATE_FORMAT",
+    "PRE_MIXTURE_FORMAT",
     "PRE_QUARANTINE_FORMAT",
     "STATE_FORMAT",
     "STATE_FORMATS",
     "validate_state",
 ]
 
-STATE_FORMAT = "tokenloom.training.loader/3"
+STATE_FORMAT = "tokenloom.training.loader/4"
 """The format of the states :meth:`PretrainingDataLoader.state_dict` writes."""
+PRE_MIXTURE_FORMAT = "tokenloom.training.loader/3"
+"""States saved before the per-source counts (no ``sources``, no ``mixture``); they load
+as serving the dataset as built (a mixture change from one is refused)."""
 PRE_QUARANTINE_FORMAT = "tokenloom.training.loader/2"
 """States saved before the quarantine (no ``skip_batches``, no ``dataset.blocked_documents``);
 they load as having skipped and blocked nothing."""
 OLD_STATE_FORMAT = "tokenloom.training.loader/1"
 """States saved before the data identities were recorded (no ``dataset.files``)."""
-STATE_FORMATS = (STATE_FORMAT, PRE_QUARANTINE_FORMAT, OLD_STATE_FORMAT)
+STATE_FORMATS = (STATE_FORMAT, PRE_MIXTURE_FORMAT, PRE_QUARANTINE_FORMAT, OLD_STATE_FORMAT)
 MAX_TEXT = 4096  # a path, class name or digest longer than PATH_MAX is not from a state
 
 Path = tuple[Any, ...]
@@ -179,16 +183,50 @@ _COMMON: dict[str, Check] = {
     "drop_last": _flag,
     "seed": _integer(0),
 }
+
+
+def _documents(path: Path, value: Any) -> list[int]:
+    """``[first, end]``: a document range, ``first <= end``."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        _bad(path, value, "a [first, end] pair of document ids")
+    first, end = (_integer(0)((*path, j), value[j]) for j in (0, 1))
+    if first > end:
+        _bad(path, value, "a [first, end] pair with first <= end")
+    return [first, end]
+
+
 _DATASET_V3 = dict(_DATASET, blocked_documents=_optional(_text))
+_ORDER = _record(
+    {
+        "class": _text,
+        "length": _integer(0),
+        "num_samples": _optional(_integer(0)),
+        "documents": _optional(_documents),
+        "split": _optional(_text),
+        "description_hash": _optional(_text),
+    }
+)
+_SOURCE = _record(
+    {"consumed": _optional(_integer(0)), "files": _optional(_IDENTITY), "order": _ORDER}
+)
+_MIXTURE = _record(
+    {"resume_at": _integer(0), "start": _mapping_of(_integer(0), "counts by path prefix")}
+)
+_V3: dict[str, Check] = {
+    "format": _text,
+    **_COMMON,
+    "skip_batches": _skip_ranges,
+    "dataset": _record(_DATASET_V3),
+}
 _SCHEMAS: dict[str, Check] = {
     STATE_FORMAT: _record(
         {
-            "format": _text,
-            **_COMMON,
-            "skip_batches": _skip_ranges,
-            "dataset": _record(_DATASET_V3),
+            **_V3,
+            "sources": _mapping_of(_SOURCE, "sources by path prefix"),
+            "mixture": _optional(_MIXTURE),
         }
     ),
+    PRE_MIXTURE_FORMAT: _record(_V3),
     PRE_QUARANTINE_FORMAT: _record({"format": _text, **_COMMON, "dataset": _record(_DATASET)}),
     OLD_STATE_FORMAT: _record({"format": _text, **_COMMON, "dataset": _record(_DATASET_V1)}),
 }
@@ -211,12 +249,14 @@ def validate_state(state: Any) -> dict[str, Any]:
         _bad(
             ("format",),
             kind,
-            f"{STATE_FORMAT!r} (or {PRE_QUARANTINE_FORMAT!r}, {OLD_STATE_FORMAT!r} from "
-            "earlier tokenloom)",
+            f"{STATE_FORMAT!r} (or {PRE_MIXTURE_FORMAT!r}, {PRE_QUARANTINE_FORMAT!r}, "
+            f"{OLD_STATE_FORMAT!r} from earlier tokenloom)",
         )
     checked: dict[str, Any] = _SCHEMAS[kind]((), state)
     checked.setdefault("skip_batches", [])  # earlier formats skipped and blocked nothing
     checked["dataset"].setdefault("blocked_documents", None)
+    checked.setdefault("sources", None)  # before /4: no per-source counts
+    checked.setdefault("mixture", None)
     if checked["data_parallel_rank"] >= checked["data_parallel_size"]:
         _bad(
             ("data_parallel_rank",),

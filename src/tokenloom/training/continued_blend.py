@@ -1,0 +1,177 @@
+"""The blend a loader serves after a mixture change, and the sources' saved orders.
+
+:class:`ContinuedBlend` is a :class:`~tokenloom.datasets.BlendedDataset` (same
+``get_batch``, ``dataset_id``, attribution and block-list support) whose indices from the
+resume point ``resume_at`` on are the new weights' greedy blend (megatron-core's rule) as
+if it had started there, with each source continuing its stream: blended sample
+``resume_at + t`` is sample ``(start[s] + r) % len(datasets[s])`` of source ``s`` when the
+new blend gives ``t`` to ``s`` as its ``r``-th draw. ``datasets[s]`` is the dataset the
+source was drawn from in the saved run (its order: a GPTDataset's order depends on its
+``num_samples`` and split), rebuilt by :func:`rebuild_source` from its
+:func:`order_of` record; an added source's is its new dataset. A stream that runs past
+its dataset starts that dataset over (a further round in the same order: every sample of
+a round is served once before any is served again). The positions before ``resume_at``
+are never served by the loader (they hold source 0, sample 0).
+
+With a ``blend_schedule``, the phase in force at ``resume_at`` holds from there (it must be
+a constant phase) and the later phases start where the schedule puts them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+import numpy
+
+from tokenloom.attributes import read_attribute
+from tokenloom.datasets.blended import BlendedDataset
+from tokenloom.datasets.schedule import to_arrays
+from tokenloom.datasets.split import split_document_range
+from tokenloom.errors import ConfigError
+from tokenloom.index import build_blending_indices
+from tokenloom.index.schedule import build_scheduled_blending_indices
+
+__all__ = ["ContinuedBlend", "order_of", "rebuild_source", "tail_indices"]
+
+
+def _documents(dataset: Any) -> Optional[list[int]]:
+    """``[first, end)`` of the documents a GPT-like dataset exposes (a contiguous range,
+    as the builder cuts splits), or None when they are not one."""
+    indices = read_attribute(dataset, "indices", None)
+    if indices is None:  # fast_cache_load: the split's range, as the builder computes it
+        config, split = read_attribute(dataset, "config", None), dataset.index_split
+        matrix = read_attribute(config, "split_matrix", None)
+        bounds = None if matrix is None else matrix[split.value]
+        if bounds is None or read_attribute(dataset, "dataset", None) is None:
+            return None
+        return list(
+            split_document_range(bounds, type(dataset).numel_low_level_dataset(dataset.dataset))
+        )
+    indices = numpy.asarray(indices)
+    if not len(indices):
+        return [0, 0]
+    first, end = int(indices[0]), int(indices[-1]) + 1
+    if end - first != len(indices) or not numpy.array_equal(indices, numpy.arange(first, end)):
+        return None
+    return [first, end]
+
+
+def order_of(dataset: Any) -> dict[str, Any]:
+    """What rebuilds ``dataset``'s order: class, length, ``num_samples``, document range,
+    the config's ``split`` and megatron-core's description hash (None where unknown)."""
+    config = read_attribute(dataset, "config", None)
+    split = read_attribute(config, "split", None)
+    digest = read_attribute(dataset, "unique_description_hash", None)
+    has_indices = read_attribute(dataset, "index_split", None) is not None
+    return {
+        "class": type(dataset).__name__,
+        "length": len(dataset),
+        "num_samples": read_attribute(dataset, "num_samples", None),
+        "documents": _documents(dataset) if has_indices else None,
+        "split": split if isinstance(split, str) else None,
+        "description_hash": None if digest is None else str(digest),
+    }
+
+
+def rebuild_source(current: Any, order: Mapping[str, Any], name: str) -> Any:
+    """The dataset of ``order`` over ``current``'s files and config (``current`` itself
+    when it already is that one), from the index cache or rebuilt; ConfigError when the
+    order cannot be rebuilt or the rebuilt one is not it."""
+    if order_of(current)["description_hash"] == order["description_hash"] is not None:
+        if len(current) == order["length"]:
+            return current
+    if order["documents"] is None or order["description_hash"] is None:
+        raise ConfigError(
+            f"source {name!r}: its saved order ({order['class']}) cannot be rebuilt: only a "
+            "GPT-like dataset over a contiguous document range (a builder's split) can continue"
+        )
+    config = current.config
+    if order["split"] is not None and order["split"] != config.split:
+        config = dataclasses.replace(config, split=order["split"])
+    documents = numpy.arange(*order["documents"], dtype=numpy.int32)
+    keywords = (
+        {} if read_attribute(current, "cache", None) is None else {"index_cache": current.cache}
+    )
+    old = type(current)(
+        current.dataset,
+        current.dataset_path,
+        documents,
+        order["num_samples"],
+        current.index_split,
+        config,
+        **keywords,
+    )
+    if old.unique_description_hash != order["description_hash"] or len(old) != order["length"]:
+        raise ConfigError(
+            f"source {name!r}: rebuilt from this config, its saved order has description hash "
+            f"{old.unique_description_hash} and {len(old)} samples, the state records "
+            f"{order['description_hash']} and {order['length']}: a setting that shapes its "
+            "order (random_seed, sequence_length, tokenizer, shuffle_mode, ...) changed"
+        )
+    return old
+
+
+def _tail_schedule(schedule: Sequence[Sequence[Any]], resume_at: int) -> list[tuple[Any, ...]]:
+    """The schedule as if started at ``resume_at``: the phase in force there from 0, the
+    later ones shifted; ConfigError when that phase is a linear ramp."""
+    active = max(p for p, phase in enumerate(schedule) if phase[0] <= resume_at)
+    if len(schedule[active]) == 3:
+        raise ConfigError(
+            f"a mixture change at sample {resume_at} falls inside the linear phase "
+            f"{active} of blend_schedule (from sample {schedule[active][0]}): resume "
+            "inside a constant phase, or end the ramp with a phase before the change"
+        )
+    later = [(phase[0] - resume_at, *phase[1:]) for phase in schedule[active + 1 :]]
+    return [(0, schedule[active][1]), *later]
+
+
+def tail_indices(
+    weights: Sequence[float], schedule: Optional[Sequence[Any]], resume_at: int, size: int
+) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """``(dataset_index, draw)`` of the ``size`` samples from ``resume_at`` on: the greedy
+    blend of ``weights`` (or of ``schedule`` from ``resume_at``) started there."""
+    if schedule is None:
+        return build_blending_indices(numpy.asarray(weights, numpy.float64), size)
+    return build_scheduled_blending_indices(*to_arrays(_tail_schedule(schedule, resume_at)), size)
+
+
+class ContinuedBlend(BlendedDataset):
+    """``size`` samples over ``datasets`` continued from ``start`` at ``resume_at``.
+
+    ``datasets``: one per source of the new blend (its order), each the dataset the
+    source's stream is drawn from; ``weights``/``schedule``: the new blend's (normalised);
+    ``start``: each stream's next position at ``resume_at`` (module docstring).
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[Any],
+        weights: Sequence[float],
+        schedule: Optional[Sequence[Any]],
+        config: Any,
+        start: Sequence[int],
+        resume_at: int,
+        size: int,
+    ) -> None:
+        self.resume_at = int(resume_at)
+        self.start = numpy.asarray(start, numpy.int64)
+        tail, draws = tail_indices(weights, schedule, self.resume_at, size - self.resume_at)
+        lengths = numpy.asarray([max(len(d), 1) for d in datasets], numpy.int64)
+        index = numpy.zeros(size, numpy.int16)
+        samples = numpy.zeros(size, numpy.int64)
+        index[self.resume_at :] = tail
+        samples[self.resume_at :] = (self.start[tail] + draws) % lengths[tail]
+        self._given = (index, samples)
+        super().__init__(datasets, list(weights), size, config)
+
+    def _build_indices(self) -> tuple[numpy.ndarray, numpy.ndarray]:
+        return self._given
+
+    def consumed(self, consumed: int) -> numpy.ndarray:
+        """Each source's stream position after ``consumed`` blended samples."""
+        drawn = numpy.bincount(
+            self.dataset_index[self.resume_at : consumed], minlength=len(self.start)
+        )
+        return self.start + drawn

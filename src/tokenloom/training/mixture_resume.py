@@ -1,0 +1,238 @@
+"""Per-source counts in the loader state, and a resume over a changed mixture (issue 20 §1).
+
+A loader state (format ``/4``) records, per source of the loader's dataset (named by the
+path prefix of its ``.bin``/``.idx`` pair, with the pair's identity), how many samples
+of that source's stream have been consumed (``consumed``; None for the random samplers,
+whose consumed samples are no prefix of a stream) and what rebuilds the order the stream
+follows (``order``: :func:`tokenloom.training.continued_blend.order_of`), plus
+``mixture``: the continuation in force (None when the loader serves its dataset as
+built).
+
+``load_state_dict(state, allow_mixture_change=True)`` on a loader built over another
+blend continues it by the rule of docs/mixtures.md: each source in the saved state and
+in the new blend continues its stream (in its saved order) from its next unconsumed
+sample; a source new to the blend starts at its sample 0; a saved source missing from
+the blend stops (its count is kept in the state, so a later change that adds it back
+continues it); from the resume point on the blend is the new weights' greedy blend as if
+it had started there (:class:`~tokenloom.training.continued_blend.ContinuedBlend`). One
+log line per source says what continues, starts and stops. Only the sequential
+(``"single"``) sampler resumes over a changed mixture; ``"cyclic"`` and ``"elastic"``
+are refused with a ConfigError (their consumed samples are random positions of the
+blend, not a prefix of each source).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import numpy
+
+from tokenloom.attributes import read_attribute
+from tokenloom.errors import ConfigError
+from tokenloom.training.continued_blend import ContinuedBlend, order_of, rebuild_source
+from tokenloom.training.data_identity import data_changes, pair_identities, summarize
+from tokenloom.training.mixture import mixture_changes, old_sources
+from tokenloom.training.samplers import RandomSeedDataset
+
+__all__ = ["SourceBook", "sources_of"]
+
+logger = logging.getLogger(__name__)
+
+_OPT_IN = "load_state_dict(state, allow_mixture_change=True)"
+
+
+def sources_of(dataset: Any) -> dict[str, Any]:
+    """``{path_prefix: source dataset}`` of a loader's dataset: a blend's datasets, or the
+    dataset itself when it reads one pair; ``{}`` when its sources cannot be named so."""
+    target = dataset.dataset if isinstance(dataset, RandomSeedDataset) else dataset
+    if isinstance(read_attribute(target, "datasets", None), (list, tuple)):
+        try:
+            return old_sources(target)
+        except ConfigError:
+            return {}
+    prefixes = list(pair_identities(target))
+    return {prefixes[0]: target} if len(prefixes) == 1 else {}
+
+
+def _blend_of(dataset: Any) -> tuple[list[float], Optional[list[Any]], Any]:
+    """``(weights, schedule, config)`` of the loader's dataset as a blend."""
+    if not isinstance(read_attribute(dataset, "datasets", None), (list, tuple)):
+        return [1.0], None, dataset.config
+    if read_attribute(dataset, "size", None) is None:
+        raise ConfigError(
+            "a mixture change needs a blend with a size (the greedy blend); this "
+            "BlendedDataset takes every sample of its datasets once (size=None)"
+        )
+    return list(dataset.weights), read_attribute(dataset, "schedule", None), dataset.config
+
+
+def _prefix_counts(dataset: Any, names: list[str], consumed: int) -> list[int]:
+    """Each source's consumed count after ``consumed`` samples of the sequential order."""
+    if len(names) == 1 and not isinstance(read_attribute(dataset, "datasets", None), list):
+        return [consumed]
+    counts = numpy.bincount(dataset.dataset_index[:consumed], minlength=len(names))
+    return [int(c) for c in counts]
+
+
+class SourceBook:
+    """What a loader serves (its dataset, or a :class:`ContinuedBlend` of it) and what its
+    state records per source."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self.served: Any = dataset
+        self.stopped: dict[str, dict[str, Any]] = {}
+        self._sources: Optional[dict[str, Any]] = None
+        self._records: dict[str, dict[str, Any]] = {}
+
+    def _names(self) -> dict[str, Any]:
+        if self._sources is None:
+            self._sources = sources_of(self.dataset)
+        return self._sources
+
+    def fields(self, consumed: int, sequential: bool) -> dict[str, Any]:
+        """The state's ``sources`` and ``mixture`` after ``consumed`` samples."""
+        names = list(self._names())
+        served, counts = self.served, None
+        if isinstance(served, ContinuedBlend):
+            counts = [int(c) for c in served.consumed(consumed)]
+            parts = list(served.datasets)
+        else:
+            parts = list(self._names().values())
+            if sequential and names:
+                counts = _prefix_counts(self.dataset, names, consumed)
+        sources = dict(self.stopped)
+        for i, (name, part) in enumerate(zip(names, parts)):
+            if name not in self._records:  # order and identity: fixed for the part's life
+                files = pair_identities(part).get(name)
+                self._records[name] = {"files": files, "order": order_of(part)}
+            record = self._records[name]
+            sources[name] = {
+                "consumed": None if counts is None else counts[i],
+                "files": record["files"],
+                "order": dict(record["order"]),
+            }
+        mixture = None
+        if isinstance(served, ContinuedBlend):
+            start = dict(zip(names, (int(s) for s in served.start)))
+            mixture = {"resume_at": served.resume_at, "start": start}
+        return {"sources": sources, "mixture": mixture}
+
+    def adopt(self, served: Any, stopped: dict[str, dict[str, Any]]) -> None:
+        """Serve ``served`` from now on (what :meth:`plan` returned)."""
+        if served is not self.served:
+            self._records = {}
+        self.served, self.stopped = served, stopped
+
+    def plan(
+        self, saved: Mapping[str, Any], kind: str, changed: bool, allow_data_change: bool
+    ) -> tuple[Any, dict[str, dict[str, Any]]]:
+        """``(served, stopped)`` after loading the checked state ``saved``: the dataset
+        itself, or its continuation (a changed mixture, or a saved continuation)."""
+        mixture = saved.get("mixture")
+        if not changed and mixture is None:
+            return self.dataset, {}
+        names = self._names()
+        sources = saved.get("sources")
+        _check_can_continue(kind, sources, names, saved["format"])
+        records: dict[str, Any] = dict(sources or {})
+        if changed or mixture is None:
+            start = {n: records[n]["consumed"] for n in names if n in records}
+            resume_at = saved["consumed_samples"]
+            _check_files(records, names, allow_data_change)
+        else:
+            start, resume_at = dict(mixture["start"]), mixture["resume_at"]
+            if set(start) != set(names) or resume_at > saved["consumed_samples"]:
+                raise ConfigError(
+                    f'loader state["mixture"] continues the sources {sorted(start)} from sample '
+                    f"{resume_at}; this loader's dataset reads {sorted(names)} and the state "
+                    f"consumed {saved['consumed_samples']}: the state is inconsistent"
+                )
+        served = self._continue(names, records, start, resume_at)
+        stopped = {n: dict(r) for n, r in records.items() if n not in names}
+        if changed:
+            _log_changes(records, names, served)
+        return served, stopped
+
+    def _continue(
+        self,
+        names: Mapping[str, Any],
+        saved: Mapping[str, Any],
+        start: Mapping[str, int],
+        resume_at: int,
+    ) -> ContinuedBlend:
+        weights, schedule, config = _blend_of(self.dataset)
+        parts = [
+            rebuild_source(part, saved[name]["order"], name) if start.get(name, 0) else part
+            for name, part in names.items()
+        ]
+        counts = [int(start.get(name, 0)) for name in names]
+        return ContinuedBlend(
+            parts, weights, schedule, config, counts, resume_at, len(self.dataset)
+        )
+
+
+def _check_can_continue(
+    kind: str, sources: Optional[Mapping[str, Any]], names: Mapping[str, Any], fmt: str
+) -> None:
+    if kind != "single":
+        raise ConfigError(
+            f"a mixture change needs dataloader_type='single' (this loader: {kind!r}): the "
+            "random samplers' consumed samples are random positions of the blend, not a "
+            "prefix of each source's stream, so no source has a next unconsumed sample"
+        )
+    if sources is None:
+        raise ConfigError(
+            f"loader state has format {fmt!r}, which does not record how many samples of "
+            "each source were consumed: resume it once over the mixture it was saved with "
+            "and save a new state, or continue the old blend with "
+            "tokenloom.training.mixture.continue_blend (the old config and consumed_samples)"
+        )
+    if not names:
+        raise ConfigError(
+            "a mixture change needs a dataset whose sources each read one .bin/.idx pair "
+            "(a BlendedDataset of GPTDatasets, or one GPTDataset): this one's cannot be named"
+        )
+    if any(record["consumed"] is None for record in sources.values()):
+        raise ConfigError(
+            "loader state records no per-source counts (it was saved by a random sampler): "
+            "a mixture change needs a state saved with dataloader_type='single'"
+        )
+
+
+def _check_files(saved: Mapping[str, Any], names: Mapping[str, Any], allow: bool) -> None:
+    """ConfigError (with ``allow``: a warning) when a continuing source's pair changed."""
+    old = {n: saved[n]["files"] for n in names if n in saved}
+    new = {n: pair_identities(part).get(n) for n, part in names.items() if n in saved}
+    changes = data_changes(old, new)
+    if not changes:
+        return
+    message = f"a continuing source's files changed since the state was saved: {summarize(changes)}"
+    if not allow:
+        raise ConfigError(
+            f"{message}; its stream would continue over other tokens. Resume over the saved "
+            "files, or, if the change is deliberate, pass allow_data_change=True too "
+            "(the source continues from its count in its saved order over the new files)"
+        )
+    logger.warning("%s; loaded anyway (allow_data_change=True)", message)
+
+
+def _log_changes(
+    saved: Mapping[str, Any], names: Mapping[str, Any], served: ContinuedBlend
+) -> None:
+    consumed = {n: int(r["consumed"]) for n, r in saved.items()}
+    weights = dict(zip(names, served.weights))
+    for line in mixture_changes(consumed, weights):
+        logger.info("mixture change at sample %d: %s", served.resume_at, line)
+    needed = served.consumed(len(served))
+    for i, name in enumerate(names):
+        if needed[i] > len(served.datasets[i]) > 0:
+            logger.info(
+                "mixture change: %s runs past its dataset of %d samples (needs %d): its "
+                "stream starts that dataset over in the same order",
+                name,
+                len(served.datasets[i]),
+                int(needed[i]),
+            )
