@@ -27,13 +27,22 @@ def parse_document(text: str) -> tuple[str, int]:
 
 
 def document_steps(
-    dataset: Any, order: numpy.ndarray, source: str, document: int, first_step: int = 0
+    dataset: Any,
+    order: numpy.ndarray,
+    source: str,
+    document: int,
+    first_step: int = 0,
+    quarantine: Any = None,
 ) -> dict[str, Any]:
-    """The steps (of ``order``, ``[steps, gbs]``) where ``document`` of ``source`` is
-    trained on: ``first_step``, ``count`` (document pieces served), ``steps``,
-    ``epochs`` (the source's repetitions) and one ``hits`` row per piece."""
+    """The steps (of ``order``, ``[steps, gbs]``) that serve ``document`` of ``source``:
+    ``first_step``, ``count`` (document pieces served), ``steps``, ``epochs`` (the
+    source's repetitions) and one ``hits`` row per piece; ``skipped``: the pieces in
+    steps ``quarantine`` skips (consumed, never served); ``blocked``: whether the
+    document is blocked (its served pieces get loss_mask 0: never trained on)."""
+    from tokenloom.cli._trace_quarantine import Quarantine
     from tokenloom.cli._trace_ranges import document_hits, match
 
+    quarantine = quarantine or Quarantine()
     hits = document_hits(dataset, source, document)
     flat = order.reshape(-1)
     by_sample = numpy.argsort(hits.samples, kind="stable")
@@ -41,6 +50,8 @@ def document_steps(
     piece = by_sample[piece]
     gbs = max(int(order.shape[1]) if order.ndim == 2 else 1, 1)
     steps = served // gbs + first_step
+    skipped = quarantine.skipped(steps)
+    served, piece, steps = served[~skipped], piece[~skipped], steps[~skipped]
     rows = [
         {
             "step": int(steps[k]),
@@ -61,6 +72,8 @@ def document_steps(
         "count": len(rows),
         "steps": unique_steps,
         "epochs": sorted({row["epoch"] for row in rows}),
+        "skipped": int(skipped.sum()),
+        "blocked": bool(quarantine.blocked(source, [document])[0]),
         "hits": rows,
     }
 
@@ -68,13 +81,19 @@ def document_steps(
 def print_document(report: dict[str, Any], steps_in_run: int, limit: int = 20) -> None:
     """The human-readable ``--document`` report (the first ``limit`` pieces listed)."""
     name = f"document {report['document']} of {report['source']}"
+    skipped = report.get("skipped", 0)
+    also = f" ({skipped} more piece(s) in skipped steps)" if skipped else ""
+    if report.get("blocked"):
+        name += " is blocked (block_documents: loss_mask 0 on its labels, never trained on)"
     if report["first_step"] is None:
-        print(f"{name}: not trained on in the run's {steps_in_run} steps")
+        print(f"{name}: not served in the run's {steps_in_run} steps{also}")
         return
     epochs = ", ".join(str(e) for e in report["epochs"])
+    what = "served" if report.get("blocked") else "trained on"
     print(
-        f"{name}: trained on {report['count']} time(s) in {len(report['steps'])} of "
-        f"{steps_in_run} steps; first step {report['first_step']}; source epoch(s) {epochs}"
+        f"{name}: {what} {report['count']} time(s) in {len(report['steps'])} of "
+        f"{steps_in_run} steps; first step {report['first_step']}; source epoch(s) "
+        f"{epochs}{also}"
     )
     for row in report["hits"][:limit]:
         print(

@@ -2,14 +2,20 @@
 
 A manifest is one JSON object (docs/trace.md):
 
-* ``format``: ``"tokenloom-trace-manifest/1"``;
+* ``format``: ``"tokenloom-trace-manifest/2"`` (``/1``, written before quarantines were
+  traced, is read as a ``/2`` without any);
 * ``layout``: the loader arguments that decide the order;
+* ``quarantine``: ``skip_batches`` (the skipped step ranges) and ``blocked_documents``
+  (the block list's digest, as the loader state records it; None without one);
 * ``sources``: the prefixes, in ``dataset_id`` order;
 * ``first_step``, ``steps``: the steps it covers;
 * ``batches``: one 16-hex-digit BLAKE2b-64 digest per step, of its samples'
   ``dataset_id`` (int64), their range counts (int64) and their ``(document id, token
-  start, token end)`` rows (int64), in the global batch's order;
-* ``mix``: per step, the samples drawn from each source (``dataset_id`` order);
+  start, token end)`` rows (int64), in the global batch's order, then, only in a step
+  that serves a blocked document, one byte per row (1: blocked); ``"skipped"`` for a
+  skipped step;
+* ``mix``: per step, the samples drawn from each source (``dataset_id`` order; zeros
+  for a skipped step);
 * ``checksum``: SHA-256 of the JSON of all the other fields (sorted keys, no spaces).
 """
 
@@ -23,7 +29,9 @@ import numpy
 
 from tokenloom.errors import ConfigError
 
-FORMAT = "tokenloom-trace-manifest/1"
+FORMAT = "tokenloom-trace-manifest/2"
+_READS = ("tokenloom-trace-manifest/1", FORMAT)
+SKIPPED = "skipped"
 _CHUNK = 4096
 
 
@@ -50,26 +58,39 @@ def _flat_ranges(dataset: Any, samples: numpy.ndarray) -> tuple[Any, Any, Any]:
     return ids, offsets, rows
 
 
-def step_digests(dataset: Any, order: numpy.ndarray) -> tuple[list[str], list[list[int]]]:
-    """The digest and the per-source sample counts of each row (step) of ``order``."""
+def step_digests(
+    dataset: Any, order: numpy.ndarray, first_step: int = 0, quarantine: Any = None
+) -> tuple[list[str], list[list[int]]]:
+    """The digest and the per-source sample counts of each row (step) of ``order``
+    (steps ``first_step``, ...), skipped steps and blocked ranges as ``quarantine`` says."""
+    from tokenloom.cli._trace_quarantine import Quarantine, blocked_rows
     from tokenloom.cli._trace_ranges import parts
 
-    sources = len(parts(dataset))
+    quarantine = quarantine or Quarantine()
+    names = [str(part.dataset_path) for part in parts(dataset)]
     gbs = int(order.shape[1]) if order.ndim == 2 else 0
+    skipped = quarantine.skipped(numpy.arange(order.shape[0]) + first_step)
     digests: list[str] = []
     mix: list[list[int]] = []
     for begin in range(0, order.shape[0], _CHUNK):
         chunk = order[begin : begin + _CHUNK]
         ids, offsets, rows = _flat_ranges(dataset, chunk.reshape(-1))
+        blocked = blocked_rows(quarantine, names, ids, offsets, rows).astype(numpy.uint8)
         counts = numpy.diff(offsets)
         for k in range(chunk.shape[0]):
+            if skipped[begin + k]:
+                digests.append(SKIPPED)
+                mix.append([0] * len(names))
+                continue
             a, b = k * gbs, (k + 1) * gbs
             digest = hashlib.blake2b(digest_size=8)
             digest.update(ids[a:b].tobytes())
             digest.update(counts[a:b].tobytes())
             digest.update(rows[offsets[a] : offsets[b]].tobytes())
+            if blocked[offsets[a] : offsets[b]].any():
+                digest.update(blocked[offsets[a] : offsets[b]].tobytes())
             digests.append(digest.hexdigest())
-            mix.append(numpy.bincount(ids[a:b], minlength=sources).tolist())
+            mix.append(numpy.bincount(ids[a:b], minlength=len(names)).tolist())
     return digests, mix
 
 
@@ -79,15 +100,22 @@ def _checksum(body: dict[str, Any]) -> str:
 
 
 def make_manifest(
-    dataset: Any, order: numpy.ndarray, layout: dict[str, Any], first_step: int
+    dataset: Any,
+    order: numpy.ndarray,
+    layout: dict[str, Any],
+    first_step: int,
+    quarantine: Any = None,
 ) -> dict[str, Any]:
     """The manifest of the steps in ``order`` (``[steps, global_batch_size]``)."""
+    from tokenloom.cli._trace_quarantine import Quarantine
     from tokenloom.cli._trace_ranges import parts
 
-    digests, mix = step_digests(dataset, order)
+    quarantine = quarantine or Quarantine()
+    digests, mix = step_digests(dataset, order, first_step, quarantine)
     body = {
         "format": FORMAT,
         "layout": layout,
+        "quarantine": quarantine.describe(),
         "sources": [str(part.dataset_path) for part in parts(dataset)],
         "first_step": int(first_step),
         "steps": int(order.shape[0]),
@@ -105,7 +133,7 @@ def read_manifest(path: str) -> dict[str, Any]:
         data = loads_json(read_bounded(path, what="manifest"), source=path, what="manifest")
     except OSError as error:
         raise ConfigError(f"manifest {path}: cannot read it ({error})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
+    if not isinstance(data, dict) or data.get("format") not in _READS:
         raise ConfigError(f"manifest {path}: not a {FORMAT} file (write one with --manifest)")
     body = {key: value for key, value in data.items() if key != "checksum"}
     if data.get("checksum") != _checksum(body):
@@ -113,6 +141,7 @@ def read_manifest(path: str) -> dict[str, Any]:
             f"manifest {path}: checksum mismatch, the file was changed or truncated; "
             "write it again with tokenloom trace --manifest"
         )
+    data.setdefault("quarantine", {"skip_batches": [], "blocked_documents": None})
     return data
 
 
@@ -122,9 +151,21 @@ def _header_changes(one: dict[str, Any], two: dict[str, Any]) -> list[str]:
         a, b = one["layout"].get(key), two["layout"].get(key)
         if a != b:
             changes.append(f"layout {key}: {a!r} vs {b!r}")
+    for key in ("skip_batches", "blocked_documents"):
+        a, b = one["quarantine"].get(key), two["quarantine"].get(key)
+        if a != b:
+            changes.append(f"quarantine {key}: {a!r} vs {b!r}")
     if one["sources"] != two["sources"]:
         changes.append(f"sources: {one['sources']} vs {two['sources']}")
     return changes
+
+
+def _step_change(step: int, a: str, b: str, mix_a: Any, mix_b: Any) -> str:
+    if SKIPPED in (a, b):
+        return f"step {step}: " + ("skipped vs served" if a == SKIPPED else "served vs skipped")
+    if mix_a != mix_b:
+        return f"step {step}: samples per source {mix_a} vs {mix_b}"
+    return f"step {step}: same samples per source {mix_a}, other documents, token ranges or order"
 
 
 def diff_manifests(one: dict[str, Any], two: dict[str, Any]) -> tuple[Optional[int], list[str]]:
@@ -137,13 +178,8 @@ def diff_manifests(one: dict[str, Any], two: dict[str, Any]) -> tuple[Optional[i
         i, j = step - one["first_step"], step - two["first_step"]
         if one["batches"][i] == two["batches"][j]:
             continue
-        if one["mix"][i] != two["mix"][j]:
-            lines.append(f"step {step}: samples per source {one['mix'][i]} vs {two['mix'][j]}")
-        else:
-            lines.append(
-                f"step {step}: same samples per source {one['mix'][i]}, other documents, "
-                "token ranges or order"
-            )
+        a, b = one["batches"][i], two["batches"][j]
+        lines.append(_step_change(step, a, b, one["mix"][i], two["mix"][j]))
         return step, lines
     if (one["first_step"], one["steps"]) != (two["first_step"], two["steps"]):
         lines.append(
@@ -153,4 +189,4 @@ def diff_manifests(one: dict[str, Any], two: dict[str, Any]) -> tuple[Optional[i
     return None, lines
 
 
-__all__ = ["FORMAT", "diff_manifests", "make_manifest", "read_manifest", "step_digests"]
+__all__ = ["FORMAT", "SKIPPED", "diff_manifests", "make_manifest", "read_manifest", "step_digests"]

@@ -20,9 +20,6 @@ import numpy
 
 from tokenloom.errors import ConfigError
 
-LOADER_KEYS = ("dataloader_type", "data_sharding", "loader_seed", "drop_last")
-"""Config keys the trace reads beside ``prepare-cache``'s (the loader's arguments)."""
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -35,6 +32,7 @@ class Layout:
     data_sharding: bool = True
     seed: int = 0
     drop_last: bool = True
+    hybrid_context_parallel: bool = False
 
     @property
     def micro_steps(self) -> int:
@@ -99,6 +97,7 @@ def layout_from_state(state: dict[str, Any], base: Layout) -> tuple[Layout, Resu
             data_sharding=bool(state["data_sharding"]),
             seed=int(state["seed"]),
             drop_last=bool(state["drop_last"]),
+            hybrid_context_parallel=state["sampler"] == "HybridCPMegatronPretrainingSampler",
         )
         if layout.dataloader_type != "elastic":
             layout = replace(layout, data_parallel_size=int(state["data_parallel_size"]))
@@ -115,23 +114,34 @@ def layout_from_state(state: dict[str, Any], base: Layout) -> tuple[Layout, Resu
     return check_layout(layout), resume
 
 
-def check_state_fits(dataset: Any, layout: Layout, state: dict[str, Any]) -> None:
-    """ConfigError unless a loader of ``layout`` over ``dataset`` accepts ``state`` (the
-    loader's own ``load_state_dict`` checks: the same dataset, blend and files, sampler
+def check_state_fits(
+    dataset: Any, layout: Layout, state: dict[str, Any], quarantine: Any = None
+) -> dict[str, Any]:
+    """The ``state_dict()`` of a loader of ``layout`` (and the config's ``quarantine``)
+    over ``dataset`` that loaded ``state``, or ConfigError from the loader's own
+    ``load_state_dict`` checks (the same dataset, blend, files and block list, sampler
     arguments, a data-parallel change only for the elastic loader)."""
     rank = state.get("data_parallel_rank")  # the rank that saved it (any rank's will do)
     if not isinstance(rank, int) or not 0 <= rank < layout.data_parallel_size:
         rank = 0
-    _loader(dataset, layout, 0, rank).load_state_dict(state)
+    loader = _loader(dataset, layout, 0, rank, quarantine)
+    loader.load_state_dict(state)
+    return dict(loader.state_dict())
 
 
 def _sampler(dataset: Any, layout: Layout, consumed: int, rank: int) -> Any:
     return _loader(dataset, layout, consumed, rank).batch_sampler
 
 
-def _loader(dataset: Any, layout: Layout, consumed: int, rank: int) -> Any:
+def _loader(dataset: Any, layout: Layout, consumed: int, rank: int, quarantine: Any = None) -> Any:
     from tokenloom.training import build_pretraining_data_loader
 
+    quarantined = {}
+    if quarantine is not None:
+        quarantined = {
+            "skip_batches": quarantine.skip_batches,
+            "block_documents": quarantine.block_documents,
+        }
     return build_pretraining_data_loader(
         dataset,
         consumed,
@@ -143,8 +153,10 @@ def _loader(dataset: Any, layout: Layout, consumed: int, rank: int) -> Any:
         data_sharding=layout.data_sharding,
         drop_last=layout.drop_last,
         seed=layout.seed,
+        hybrid_context_parallel=layout.hybrid_context_parallel,
         num_workers=0,
         pin_memory=False,
+        **quarantined,
     )
 
 
@@ -164,7 +176,12 @@ def _rank_stream(
             if skip:
                 skip -= 1
                 continue
-            yield [int(i) for i in indices]
+            indices = [int(i) for i in indices]
+            if not layout.hybrid_context_parallel:
+                yield indices
+                continue
+            mbs = layout.micro_batch_size  # one request per global batch: its micro-steps
+            yield from (indices[k : k + mbs] for k in range(0, len(indices), mbs))
         if single or got == 0:
             return
         start += got * step
@@ -227,7 +244,6 @@ def run_order(
 
 
 __all__ = [
-    "LOADER_KEYS",
     "Layout",
     "Resume",
     "check_layout",

@@ -11,9 +11,13 @@ import numpy
 from tokenloom.errors import ConfigError
 
 
-def step_records(dataset: Any, layout: Any, step: int, resume: Any = None) -> list[dict[str, Any]]:
+def step_records(
+    dataset: Any, layout: Any, step: int, resume: Any = None, quarantine: Any = None
+) -> list[dict[str, Any]]:
     """Per sample of global batch ``step``: ``rank``, ``micro_batch``, ``position`` and
-    the fields of :func:`~tokenloom.cli._trace_ranges.sample_records`."""
+    the fields of :func:`~tokenloom.cli._trace_ranges.sample_records`; with a block list
+    in ``quarantine``, ``blocked`` (one bool per range: loss_mask 0 on its labels). The
+    samples the step holds whether or not ``quarantine`` skips it."""
     from tokenloom.cli._trace_order import global_batches
     from tokenloom.cli._trace_ranges import sample_records
 
@@ -34,6 +38,10 @@ def step_records(dataset: Any, layout: Any, step: int, resume: Any = None) -> li
             "micro_batch": micro,
         }
         records[position] = {**head, **record}
+    if quarantine is not None and quarantine.blocker is not None:
+        for record in records:
+            documents = [row[0] for row in record["document_ranges"]]
+            record["blocked"] = quarantine.blocked(record["source"], documents).tolist()
     return records
 
 
@@ -79,19 +87,38 @@ def _print_records(step: int, layout: Any, records: list[dict[str, Any]]) -> Non
         for k, (document, start, end) in enumerate(record["document_ranges"]):
             text: Optional[Any] = record.get("text", [None] * (k + 1))[k]
             shown = "" if text is None else f": {text!r}"
-            print(f"  document {document} tokens [{start}, {end}){shown}")
+            blocked = (
+                " blocked (loss_mask 0)" if record.get("blocked", [False] * (k + 1))[k] else ""
+            )
+            print(f"  document {document} tokens [{start}, {end}){blocked}{shown}")
+
+
+def _print_skipped(args: argparse.Namespace, layout: Any, where: tuple[int, int]) -> int:
+    if args.json:
+        body = {"step": args.step, "skipped": True, "skip_batches": list(where), "samples": []}
+        print(json.dumps(body, indent=1))
+    else:
+        print(
+            f"step {args.step}: skipped (skip_batches [{where[0]}, {where[1]})): the loader "
+            f"consumes its {layout.global_batch_size} samples and serves none of them"
+        )
+    return 0
 
 
 def trace_step(
-    args: argparse.Namespace, dataset: Any, layout: Any, resume: Any, settings: Any
+    args: argparse.Namespace, dataset: Any, layout: Any, resume: Any, quarantine: Any
 ) -> int:
-    """Print (or ``--json``) global batch ``args.step``."""
-    records = step_records(dataset, layout, args.step, resume)
+    """Print (or ``--json``) global batch ``args.step`` (a skipped step holds none)."""
+    where = quarantine.skip_range(args.step)
+    records = step_records(dataset, layout, args.step, resume, quarantine)
+    if where is not None:
+        return _print_skipped(args, layout, where)
     if args.decode:
         add_text(dataset, records, _tokenizer(args, dataset))
     if args.json:
         body = {
             "step": args.step,
+            "skipped": False,
             "global_batch_size": layout.global_batch_size,
             "layout": {**layout.describe(), "data_parallel_size": layout.data_parallel_size},
             "samples": records,

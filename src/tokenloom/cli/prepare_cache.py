@@ -38,7 +38,10 @@ data-parallel size = world_size / (tensor * pipeline * context parallel sizes).
 
 Settings come from --config (JSON, or YAML with PyYAML installed) and/or flags;
 flags win.  Config keys are the long flag names with underscores; Megatron's
-names are accepted too (data_path, seq_length, seed, data_cache_path, ...).
+names are accepted too (data_path, seq_length, seed, data_cache_path, ...). The
+training loader's keys (dataloader_type, data_sharding, loader_seed, drop_last,
+hybrid_context_parallel, skip_batches, block_documents), read by `tokenloom trace`,
+are accepted and do not change the caches.
 Mock data (no blend) has nothing to cache and is rejected.
 
 The tokenizer's unique_identifiers are part of every cache key, so give the one the
@@ -152,6 +155,18 @@ _GPT_FIELDS = (
 )
 _CONFIG_ONLY = ("blend_schedule", "max_epochs_per_source")
 """Config-file settings with no flag (lists), passed to GPTDatasetConfig as given."""
+LOADER_SETTINGS = (
+    "dataloader_type",
+    "data_sharding",
+    "loader_seed",
+    "drop_last",
+    "hybrid_context_parallel",
+    "skip_batches",
+    "block_documents",
+)
+"""The training loader's config keys (build_pretraining_data_loader's arguments):
+``tokenloom trace`` reads them; prepare-cache, preview and plan accept them and build
+nothing from them, so one config file serves all four (docs/trace.md)."""
 _KINDS = {"int": int, "float": float, "path": str, "split": str}
 SETTING_BOUNDS = (
     Bound("sequence_length", "sequence_length (--seq-length)", 1, 2**31 - 1),
@@ -253,10 +268,10 @@ def canonical_settings(data: dict[str, Any], source: str) -> dict[str, Any]:
             settings.update(canonical_settings(value, f"{source} tokenizer"))
             continue
         key = "tokenizer_spec" if key == "tokenizer" else TOKENIZER_ALIASES.get(key, key)
-        if key not in _OPTIONS and key not in TOKENIZER_SETTINGS and key not in _CONFIG_ONLY:
+        known = (*_OPTIONS, *TOKENIZER_SETTINGS, *_CONFIG_ONLY, *LOADER_SETTINGS)
+        if key not in known:
             raise ConfigError(
-                f"{source}: unknown setting {raw_key!r}; known settings: "
-                f"{', '.join(sorted([*_OPTIONS, *TOKENIZER_SETTINGS, *_CONFIG_ONLY]))}"
+                f"{source}: unknown setting {raw_key!r}; known settings: {', '.join(sorted(known))}"
             )
         settings[key] = value
     return settings

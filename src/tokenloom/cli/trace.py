@@ -127,6 +127,9 @@ def _layout(args: argparse.Namespace, loader: dict[str, Any], settings: Any, pla
         data_sharding=_flag(loader.get("data_sharding"), "data_sharding", True),
         seed=seed,
         drop_last=_flag(loader.get("drop_last"), "drop_last", True),
+        hybrid_context_parallel=_flag(
+            loader.get("hybrid_context_parallel"), "hybrid_context_parallel", False
+        ),
     )
     if layout.dataloader_type not in ("single", "cyclic", "elastic"):
         raise ConfigError(
@@ -135,28 +138,24 @@ def _layout(args: argparse.Namespace, loader: dict[str, Any], settings: Any, pla
     return layout
 
 
-def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """``(train dataset, layout, resume point or None, settings)`` of the config."""
+def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    """``(train dataset, layout, resume point or None, quarantine)`` of the config (and
+    of ``args.state``, the loader state the run resumed from)."""
     from tokenloom.builder import BlendedMegatronDatasetBuilder
-    from tokenloom.cli._trace_order import (
-        LOADER_KEYS,
-        check_layout,
-        check_state_fits,
-        layout_from_state,
-    )
+    from tokenloom.cli._trace_order import check_layout, check_state_fits, layout_from_state
+    from tokenloom.cli._trace_quarantine import quarantine_of, resumed
     from tokenloom.cli.prepare_cache import (
-        canonical_settings,
+        LOADER_SETTINGS,
         compute_plan,
+        load_settings_file,
         make_config,
-        read_config_mapping,
     )
     from tokenloom.datasets import GPTDataset
 
     if not args.config:
         raise ConfigError("give --config FILE: the training config of the run to trace")
-    raw = {str(k).replace("-", "_"): v for k, v in read_config_mapping(args.config).items()}
-    loader = {key: raw.pop(key) for key in LOADER_KEYS if key in raw}
-    settings = canonical_settings(raw, source=f"--config {args.config}")
+    settings = load_settings_file(args.config)
+    loader = {key: settings.pop(key) for key in LOADER_SETTINGS if key in settings}
     plan = compute_plan(settings)
     layout = _layout(args, loader, settings, plan)
     resume, state = None, _load_state(args.state) if args.state else None
@@ -168,9 +167,11 @@ def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any]]:
     ).build()
     if built[0] is None or len(built[0]) == 0:
         raise ConfigError(f"--config {args.config}: the train split is empty; nothing to trace")
+    quarantine = quarantine_of(built[0], loader)
     if state is not None:
-        check_state_fits(built[0], layout, state)
-    return built[0], layout, resume, settings
+        loaded = check_state_fits(built[0], layout, state, quarantine)
+        quarantine = resumed(quarantine, loaded["skip_batches"])
+    return built[0], layout, resume, quarantine
 
 
 def run_steps(dataset: Any, layout: Any) -> int:
@@ -202,10 +203,10 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
     from tokenloom.cli._trace_manifest import make_manifest
     from tokenloom.cli._trace_order import run_order
 
-    dataset, layout, resume, _ = load_run(args)
+    dataset, layout, resume, quarantine = load_run(args)
     start, stop = _step_range(args.steps, run_steps(dataset, layout), _steps_from(resume, layout))
     order = run_order(dataset, layout, stop - start, start, resume)
-    manifest = make_manifest(dataset, order, layout.describe(), start)
+    manifest = make_manifest(dataset, order, layout.describe(), start, quarantine)
     with open(args.manifest, "w", encoding="utf-8") as out:
         json.dump(manifest, out, sort_keys=True, separators=(",", ":"))
     print(
@@ -237,11 +238,11 @@ def _cmd_document(args: argparse.Namespace) -> int:
     from tokenloom.cli._trace_order import run_order
 
     source, document = parse_document(args.document)
-    dataset, layout, resume, _ = load_run(args)
+    dataset, layout, resume, quarantine = load_run(args)
     first = _steps_from(resume, layout)
     total = run_steps(dataset, layout)
     order = run_order(dataset, layout, max(total - first, 0), first, resume)
-    report = document_steps(dataset, order, source, document, first)
+    report = document_steps(dataset, order, source, document, first, quarantine)
     if args.json:
         print(json.dumps(report, indent=1))
     else:

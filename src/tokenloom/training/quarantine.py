@@ -205,6 +205,14 @@ class DocumentBlocker:
         digest = hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
         return cls({p: numpy.array(sorted(d), numpy.int64) for p, d in ids.items()}, digest)
 
+    def blocks(self, prefix: str, documents: Any) -> numpy.ndarray:
+        """Whether each of ``documents`` (ids of the source ``prefix``) is blocked."""
+        blocked = self.blocked.get(_canonical(str(prefix)))
+        documents = numpy.asarray(documents, dtype=numpy.int64)
+        if blocked is None:
+            return numpy.zeros(documents.shape, dtype=bool)
+        return numpy.isin(documents, blocked)
+
     def mask(self, dataset: Any, indices: Sequence[int], loss_mask: Any) -> None:
         """Set ``loss_mask[row]`` to 0 where sample ``indices[row]``'s label token is
         from a blocked document (``loss_mask``: a ``[B, seq]`` tensor or array)."""
