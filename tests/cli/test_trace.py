@@ -50,7 +50,15 @@ def _config(tmp_path, name="train.json", **extra) -> str:
 
 
 def _run(config: str, state=None):
-    return load_run(argparse.Namespace(config=config, state=state, dataloader_type=None))
+    return load_run(
+        argparse.Namespace(
+            config=config,
+            state=state,
+            dataloader_type=None,
+            allow_mixture_change=False,
+            allow_data_change=False,
+        )
+    )
 
 
 def _loader(dataset, layout: Layout, rank: int, workers: int = 2):

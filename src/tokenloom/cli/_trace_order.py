@@ -78,16 +78,12 @@ def check_layout(layout: Layout) -> Layout:
     return layout
 
 
-def layout_from_state(state: dict[str, Any], base: Layout) -> tuple[Layout, Resume]:
+def layout_from_state(
+    state: dict[str, Any], base: Layout, mixture_change: bool = False
+) -> tuple[Layout, Resume]:
     """The layout and resume point of a saved loader state (its sampler arguments win
-    over the config's; an elastic run may be resumed with another data-parallel size,
-    so ``base``'s is kept for it)."""
-    if isinstance(state, dict) and state.get("mixture") is not None:
-        raise ConfigError(
-            "--state: the state was saved after a mixture change "
-            "(load_state_dict(state, allow_mixture_change=True)); trace does not follow "
-            "the continued blend yet"
-        )
+    over the config's; an elastic run, or a single one resumed over a changed mixture,
+    may be resumed with another data-parallel size, so ``base``'s is kept for it)."""
     try:
         layout = replace(
             base,
@@ -99,7 +95,10 @@ def layout_from_state(state: dict[str, Any], base: Layout) -> tuple[Layout, Resu
             drop_last=bool(state["drop_last"]),
             hybrid_context_parallel=state["sampler"] == "HybridCPMegatronPretrainingSampler",
         )
-        if layout.dataloader_type != "elastic":
+        keep = layout.dataloader_type == "elastic" or (
+            mixture_change and layout.dataloader_type == "single"
+        )
+        if not keep:
             layout = replace(layout, data_parallel_size=int(state["data_parallel_size"]))
         resume = Resume(
             int(state["consumed_samples"]),
@@ -114,19 +113,37 @@ def layout_from_state(state: dict[str, Any], base: Layout) -> tuple[Layout, Resu
     return check_layout(layout), resume
 
 
-def check_state_fits(
-    dataset: Any, layout: Layout, state: dict[str, Any], quarantine: Any = None
-) -> dict[str, Any]:
-    """The ``state_dict()`` of a loader of ``layout`` (and the config's ``quarantine``)
-    over ``dataset`` that loaded ``state``, or ConfigError from the loader's own
-    ``load_state_dict`` checks (the same dataset, blend, files and block list, sampler
-    arguments, a data-parallel change only for the elastic loader)."""
+def load_state(
+    dataset: Any,
+    layout: Layout,
+    state: dict[str, Any],
+    quarantine: Any = None,
+    **allow: bool,
+) -> tuple[dict[str, Any], Any]:
+    """``(state_dict(), served dataset)`` of a loader of ``layout`` (and the config's
+    ``quarantine``) over ``dataset`` that loaded ``state`` with the opt-ins ``allow``
+    (``allow_data_change``, ``allow_mixture_change``), or ConfigError from the loader's
+    own ``load_state_dict`` checks (the same dataset, blend, files and block list,
+    sampler arguments, a data-parallel change only for the elastic loader, unless
+    opted in). The served dataset is what the loader's fetcher reads from then on: the
+    dataset itself, or its continuation after a mixture change
+    (:mod:`tokenloom.training.mixture_resume`)."""
     rank = state.get("data_parallel_rank")  # the rank that saved it (any rank's will do)
     if not isinstance(rank, int) or not 0 <= rank < layout.data_parallel_size:
         rank = 0
     loader = _loader(dataset, layout, 0, rank, quarantine)
-    loader.load_state_dict(state)
-    return dict(loader.state_dict())
+    try:
+        loader.load_state_dict(state, **allow)
+    except ConfigError as error:
+        hint = {"allow_mixture_change": "--allow-mixture-change"}
+        hint["allow_data_change"] = "--allow-data-change"
+        named = [flag for key, flag in hint.items() if key in str(error) and not allow.get(key)]
+        if not named:
+            raise
+        raise ConfigError(
+            f"{error} (trace: give {' or '.join(named)} when the run loaded the state so)"
+        ) from None
+    return dict(loader.state_dict()), loader.fetcher.dataset
 
 
 def _sampler(dataset: Any, layout: Layout, consumed: int, rank: int) -> Any:
@@ -247,7 +264,7 @@ __all__ = [
     "Layout",
     "Resume",
     "check_layout",
-    "check_state_fits",
+    "load_state",
     "global_batches",
     "layout_from_state",
     "run_order",

@@ -34,7 +34,11 @@ Modes:
 
 --state FILE traces a run resumed from a saved PretrainingDataLoader.state_dict(),
 written with torch.save or as JSON (json.dump); its sampler arguments win over the
-config's (an elastic run keeps the config's data-parallel size).
+config's (an elastic run keeps the config's data-parallel size). A real loader over the
+config's dataset loads it, as the run's did: its skipped steps, and a mixture change
+(the config's blend continuing the saved sources; --allow-mixture-change, as the run's
+load_state_dict(state, allow_mixture_change=True)), or one recorded in the state, are
+followed from the loader's own state and served dataset.
 """
 
 _EPILOG = """\
@@ -44,6 +48,7 @@ examples:
   tokenloom trace --config train.json --document data/web_text_document:17
   tokenloom trace --config train.json --manifest run.manifest --steps 0:1000
   tokenloom trace --config train.json --state loader_state.pt --manifest resumed.manifest
+  tokenloom trace --config new_mix.json --state loader_state.pt --allow-mixture-change --step 500
   tokenloom trace --diff run.manifest resumed.manifest
 """
 
@@ -65,6 +70,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     mode.add_argument("--diff", nargs=2, metavar=("M1", "M2"), help="compare two manifests")
     parser.add_argument("--steps", metavar="A:B", help="--manifest: steps A to B-1 (default all)")
     parser.add_argument("--state", metavar="FILE", help="the loader state the run resumed from")
+    parser.add_argument(
+        "--allow-mixture-change",
+        action="store_true",
+        help="--state: the run loaded it with load_state_dict(state, allow_mixture_change=True)",
+    )
+    parser.add_argument(
+        "--allow-data-change",
+        action="store_true",
+        help="--state: the run loaded it with load_state_dict(state, allow_data_change=True)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--decode", action="store_true", help="--step: decode each range")
     parser.add_argument("--tokenizer", metavar="SPEC", help="decode with it (default: sidecar)")
@@ -142,7 +157,7 @@ def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     """``(train dataset, layout, resume point or None, quarantine)`` of the config (and
     of ``args.state``, the loader state the run resumed from)."""
     from tokenloom.builder import BlendedMegatronDatasetBuilder
-    from tokenloom.cli._trace_order import check_layout, check_state_fits, layout_from_state
+    from tokenloom.cli._trace_order import check_layout, layout_from_state, load_state
     from tokenloom.cli._trace_quarantine import quarantine_of, resumed
     from tokenloom.cli.prepare_cache import (
         LOADER_SETTINGS,
@@ -160,18 +175,22 @@ def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     layout = _layout(args, loader, settings, plan)
     resume, state = None, _load_state(args.state) if args.state else None
     if state is not None:
-        layout, resume = layout_from_state(state, layout)
+        layout, resume = layout_from_state(state, layout, args.allow_mixture_change)
     check_layout(layout)
     built = BlendedMegatronDatasetBuilder(
         GPTDataset, plan.sizes, lambda: True, make_config(settings)
     ).build()
     if built[0] is None or len(built[0]) == 0:
         raise ConfigError(f"--config {args.config}: the train split is empty; nothing to trace")
-    quarantine = quarantine_of(built[0], loader)
+    dataset, quarantine = built[0], quarantine_of(built[0], loader)
     if state is not None:
-        loaded = check_state_fits(built[0], layout, state, quarantine)
+        allow = {
+            "allow_data_change": args.allow_data_change,
+            "allow_mixture_change": args.allow_mixture_change,
+        }
+        loaded, dataset = load_state(dataset, layout, state, quarantine, **allow)
         quarantine = resumed(quarantine, loaded["skip_batches"])
-    return built[0], layout, resume, quarantine
+    return dataset, layout, resume, quarantine
 
 
 def run_steps(dataset: Any, layout: Any) -> int:
