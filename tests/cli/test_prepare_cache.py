@@ -302,3 +302,69 @@ def test_config_file_carries_schedule_and_cap_into_the_build(golden_dir, tmp_pat
     # a cap the schedule passes: the build refuses, naming the cap
     assert _run("--config", _schedule_config(golden_dir, tmp_path, 0.001)) == 1
     assert "past max_epochs_per_source=0.001: it passes the cap" in capsys.readouterr().err
+
+
+def _change_files(golden_dir, tmp_path):
+    corpora = golden_dir / "corpora"
+    c0, c1, c2 = (str(corpora / f"c{i}") for i in range(3))
+    common = {
+        "split": "100,0,0",
+        "seq_length": 48,
+        "data_cache_path": str(tmp_path / "cache"),
+        "vocab_size": 32000,
+        "eod": 2,
+        "eval_iters": 0,
+        "eval_interval": 10,
+        "global_batch_size": 8,
+    }
+    new = {**common, "data_path": ["1", c0, "3", c2], "train_iters": 30}
+    change = {
+        "allow_mixture_change": True,
+        "consumed_samples": 80,
+        "old": {"data_path": ["1", c0, "1", c1], "train_iters": 20, "global_batch_size": 8},
+    }
+    paths = tmp_path / "new.json", tmp_path / "change.json"
+    paths[0].write_text(json.dumps(new))
+    paths[1].write_text(json.dumps(change))
+    return (*paths, c0, c1, c2)
+
+
+def test_mixture_change_prepares_the_old_caches_too(golden_dir, tmp_path, capsys, monkeypatch):
+    """The continued run's build (old blend + new) then finds every cache ready."""
+    from tokenloom.cache import IndexCache
+    from tokenloom.training.megatron_resume import (
+        ENVIRONMENT_VARIABLE,
+        continue_train,
+        old_config,
+        read_mixture_change,
+    )
+
+    new, change, c0, c1, c2 = _change_files(golden_dir, tmp_path)
+    assert _run("--config", new, "--mixture-change", change, "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "the old run consumed 80 of its 160 train samples" in out
+    assert not (tmp_path / "cache").exists()
+    assert _run("--config", new, "--mixture-change", change) == 0
+    out = capsys.readouterr().out
+    stems = set(IndexCache(str(tmp_path / "cache")).stems())
+    assert f"{c1}: stops (after" in out and f"{c2}: starts (at sample 0)" in out
+    assert f"{c0}: continues (from sample" in out
+    assert (
+        "continued train:     240 samples (the first 80 the old blend's, then 160 of the new" in out
+    )
+    settings = prepare_cache.load_settings_file(str(new))
+    config = prepare_cache.make_config(settings)
+    built = BlendedMegatronDatasetBuilder(GPTDataset, [240, 0, 0], lambda: True, config).build()
+    parsed = read_mixture_change(str(change))
+    old = BlendedMegatronDatasetBuilder(
+        GPTDataset, [160, 0, 0], lambda: True, old_config(parsed, config)
+    ).build()[0]
+    assert len(continue_train(parsed, old, built[0], config)) == 240
+    assert set(IndexCache(str(tmp_path / "cache")).stems()) == stems  # nothing new built
+    # a bad change file fails the command, naming the field
+    change.write_text(json.dumps({"consumed_samples": 80, "old": {}}))
+    assert _run("--config", new, "--mixture-change", change) == 1
+    assert "allow_mixture_change=None: a resume with a changed mixture is refused by default" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.delenv(ENVIRONMENT_VARIABLE, raising=False)

@@ -125,6 +125,11 @@ _OPTIONS: dict[str, tuple] = {
         "default on",
     ),
     "mmap_bin_files": (["--mmap-bin-files"], "bool", "default on"),
+    "mixture_change": (
+        ["--mixture-change"],
+        "path",
+        "resume with a changed mixture: also the old run's caches (docs/mixtures.md)",
+    ),
 }
 _ALIASES = {
     "data_path": "blend",
@@ -355,7 +360,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"global batch size:   {plan.global_batch_size}")
     print(f"cache path:          {os.path.abspath(config.path_to_cache)}")
     print(f"target samples:      {sizes}")
+    change = settings.get("mixture_change")
     if args.dry_run:
+        if change:
+            from tokenloom.cli._mixture_change import describe_change
+
+            describe_change(change)
         return 0
     from tokenloom.builder import BlendedMegatronDatasetBuilder
     from tokenloom.datasets import GPTDataset
@@ -363,6 +373,10 @@ def run(args: argparse.Namespace) -> int:
     datasets = BlendedMegatronDatasetBuilder(GPTDataset, plan.sizes, lambda: True, config).build()
     for name, dataset in zip(("train", "valid", "test"), datasets):
         print(f"{name + ':':<21}{_describe(dataset)}")
+    if change:
+        from tokenloom.cli._mixture_change import prepare_change
+
+        prepare_change(change, config, datasets[0])
     from tokenloom.cache import IndexCache
 
     count = len(IndexCache(config.path_to_cache).stems())  # entry files and pack entries

@@ -3,12 +3,17 @@
 tokenloom's builder (rank 0 builds, the other ranks load; same splits, blends and sizes
 as megatron-core), building the compat layer's ``BlendedDataset`` and
 ``MockGPTDataset``, with errors that are also ``AssertionError``s.
+
+With ``TOKENLOOM_MIXTURE_CHANGE=FILE`` (a mixture change file, opt-in inside it:
+docs/mixtures.md) the train split continues a saved run under the config's new blend
+weights: :func:`tokenloom.training.megatron_resume.continue_train`.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Union
+import os
+from typing import Any, Optional, Union
 
 from tokenloom.builder import megatron as _builder
 from tokenloom.datasets import gpt as _gpt
@@ -20,6 +25,12 @@ from tokenloom.megatron.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 from tokenloom.megatron.datasets.megatron_dataset import LowLevelDataset, MegatronDataset
 from tokenloom.megatron.datasets.utils import Split, log_single_rank, normalize
 from tokenloom.megatron.errors import translate_errors
+from tokenloom.training.megatron_resume import (
+    ENVIRONMENT_VARIABLE,
+    continue_train,
+    old_config,
+    read_mixture_change,
+)
 
 __all__ = [
     "BlendedDataset",
@@ -46,9 +57,43 @@ DistributedDataset = Union[TopLevelDataset, MidLevelDataset, LowLevelDataset]
 _get_size_per_split_per_dataset = _builder.get_size_per_split_per_dataset
 
 
-@translate_errors("__init__", "build", "build_generic_dataset")
-class BlendedMegatronDatasetBuilder(_builder.BlendedMegatronDatasetBuilder):
-    """megatron-core's ``BlendedMegatronDatasetBuilder`` (tokenloom's, see its docstring)."""
+class _Builder(_builder.BlendedMegatronDatasetBuilder):
+    """tokenloom's builder making the compat classes (no mixture change)."""
 
     blended_dataset_class = BlendedDataset
     mock_substitutes = ((GPTDataset, MockGPTDataset), (_gpt.GPTDataset, MockGPTDataset))
+
+
+@translate_errors("__init__", "build", "build_generic_dataset")
+class BlendedMegatronDatasetBuilder(_Builder):
+    """megatron-core's ``BlendedMegatronDatasetBuilder`` (tokenloom's, see its docstring).
+
+    Where ``TOKENLOOM_MIXTURE_CHANGE`` names a mixture change file, :meth:`build` also
+    rebuilds the old run's train blend (on every rank, as any build) and returns the
+    continued train split (:class:`~tokenloom.training.megatron_resume.ContinuedTrainSplit`);
+    valid and test are the new config's.
+    """
+
+    def build(self) -> list[Optional[Any]]:
+        """Every split, the train split continued after a mixture change if one is set."""
+        datasets = super().build()
+        path = os.environ.get(ENVIRONMENT_VARIABLE)
+        if not path:
+            return datasets
+        change = read_mixture_change(path)
+        log_single_rank(
+            logger,
+            logging.WARNING,
+            f"{ENVIRONMENT_VARIABLE}={path}: the train split continues a run that consumed "
+            f"{change.consumed_samples} samples of another mixture",
+        )
+        old = _Builder(
+            self.cls,
+            [change.old_train_samples, 0, 0],
+            self.is_built_on_rank,
+            old_config(change, self.config),
+            comm=self.comm,
+        ).build()[0]
+        if datasets[0] is None or old is None:  # not built on this rank
+            return datasets
+        return [continue_train(change, old, datasets[0], self.config), *datasets[1:]]

@@ -1,0 +1,269 @@
+"""A Megatron-LM run resumes with a changed mixture through the compat layer's builder.
+
+The train split under ``TOKENLOOM_MIXTURE_CHANGE`` is, from ``consumed_samples`` on
+(where Megatron's sequential sampler starts after a resume), the continued mixture that
+:func:`tokenloom.training.mixture.continue_blend` gives on tokenloom's own builds of the
+same configs: each continuing source carries on in its old order from its next
+unconsumed sample, an added one starts at 0, a removed one is never drawn. Golden
+corpora, real compat classes (and megatron-core's names in a subprocess).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy
+import pytest
+from tests.support.megatron_core import require_megatron, run_json
+
+from tokenloom import errors
+from tokenloom.builder import BlendedMegatronDatasetBuilder as NativeBuilder
+from tokenloom.datasets import GPTDataset as NativeGPT
+from tokenloom.datasets import GPTDatasetConfig as NativeConfig
+from tokenloom.megatron.datasets.blended_megatron_dataset_builder import (
+    BlendedMegatronDatasetBuilder,
+)
+from tokenloom.megatron.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+from tokenloom.training.mixture import continue_blend
+from tokenloom.training.megatron_resume import ENVIRONMENT_VARIABLE, ContinuedTrainSplit
+
+OLD_SAMPLES, NEW_SAMPLES, CONSUMED = 2000, 200, 50  # old: c0 in 2 epochs
+
+
+def _config(cls: type, cache: Path, blend: tuple) -> Any:
+    return cls(
+        random_seed=1234,
+        sequence_length=32,
+        blend=blend,
+        split="90,10,0",
+        tokenizer={"vocab_size": 32000, "eod": 2},
+        path_to_cache=str(cache),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+    )
+
+
+@pytest.fixture
+def corpora(golden_dir: Path) -> list[str]:
+    return [str(golden_dir / "corpora" / f"c{i}") for i in range(3)]
+
+
+def _change(tmp_path: Path, corpora: list[str], **top: Any) -> Path:
+    """Old run: c0:c1 = 1:1, 2000 train samples, 50 consumed."""
+    data = {
+        "allow_mixture_change": True,
+        "consumed_samples": CONSUMED,
+        "old": {"data_path": ["1", corpora[0], "1", corpora[1]], "train_samples": OLD_SAMPLES},
+    }
+    data.update(top)
+    path = tmp_path / "change.json"
+    path.write_text(json.dumps({k: v for k, v in data.items() if v is not None}))
+    return path
+
+
+def _build_new(tmp_path: Path, corpora: list[str]) -> list:
+    """New run: c0:c2 = 1:3 (c1 removed, c2 added), 200 train samples."""
+    config = _config(GPTDatasetConfig, tmp_path / "cache", ([corpora[0], corpora[2]], [1.0, 3.0]))
+    return BlendedMegatronDatasetBuilder(
+        GPTDataset, [NEW_SAMPLES, 8, 0], lambda: True, config
+    ).build()
+
+
+def _native(tmp_path: Path, blend: tuple, samples: int) -> Any:
+    config = _config(NativeConfig, tmp_path / "native", blend)
+    return NativeBuilder(NativeGPT, [samples, 0, 0], lambda: True, config).build()[0]
+
+
+def test_the_train_split_continues_each_source(tmp_path, corpora, monkeypatch, caplog):
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(_change(tmp_path, corpora)))
+    with caplog.at_level(logging.INFO, logger="tokenloom.training.mixture"):
+        train, valid, _ = _build_new(tmp_path, corpora)
+    assert isinstance(train, ContinuedTrainSplit)
+    old = _native(tmp_path, ([corpora[0], corpora[1]], [1.0, 1.0]), OLD_SAMPLES)
+    new = _native(tmp_path, ([corpora[0], corpora[2]], [1.0, 3.0]), NEW_SAMPLES)
+    assert len(train) == len(new) and len(valid) > 0
+    kept = int((old.dataset_index[:CONSUMED] == 0).sum())
+    assert f"{corpora[0]}: continues (from sample {kept})" in caplog.text
+    assert f"{corpora[1]}: stops (after {CONSUMED - kept} samples)" in caplog.text
+    assert f"{corpora[2]}: starts (at sample 0)" in caplog.text
+    want = continue_blend(
+        old, CONSUMED, {corpora[0]: 1.0, corpora[2]: 3.0}, len(new) - CONSUMED,
+        added={corpora[2]: new.datasets[1]},
+    )  # fmt: skip
+    for idx in range(CONSUMED):  # what the sampler skips: the old blend's samples
+        assert numpy.array_equal(train[idx]["tokens"].numpy(), old[idx]["tokens"])
+    # the old run's order of c0 is not the new config's (so continuing in it matters)
+    assert any(
+        not numpy.array_equal(old.datasets[0][k]["tokens"], new.datasets[0][k]["tokens"])
+        for k in range(kept, kept + 10)
+    )
+    nxt = {corpora[0]: kept, corpora[2]: 0}
+    for idx in range(CONSUMED, len(train)):
+        got = train[idx]
+        source, sample = train.position(idx)
+        assert sample == nxt[source]  # each source from its next unconsumed sample
+        nxt[source] += 1
+        order = old.datasets[0] if source == corpora[0] else new.datasets[1]
+        assert numpy.array_equal(got["tokens"].numpy(), order[sample]["tokens"])
+        assert numpy.array_equal(got["tokens"].numpy(), want[idx - CONSUMED]["tokens"])
+        assert int(got["dataset_id"]) == [corpora[0], corpora[2]].index(source)
+    assert sum(nxt.values()) - kept == len(train) - CONSUMED  # c1 never drawn
+    with pytest.raises(IndexError):
+        train[len(train)]
+
+
+def test_without_the_variable_the_train_split_is_the_new_blend(tmp_path, corpora, monkeypatch):
+    monkeypatch.delenv(ENVIRONMENT_VARIABLE, raising=False)
+    train = _build_new(tmp_path, corpora)[0]
+    assert not isinstance(train, ContinuedTrainSplit)
+    new = _native(tmp_path, ([corpora[0], corpora[2]], [1.0, 3.0]), NEW_SAMPLES)
+    assert numpy.array_equal(train[CONSUMED]["tokens"].numpy(), new[CONSUMED]["tokens"])
+
+
+BAD = [
+    ({"allow_mixture_change": None}, "allow_mixture_change=None: a resume with a changed"),
+    ({"allow_mixture_change": "yes"}, "allow_mixture_change='yes'"),
+    ({"consumed_samples": -1}, "consumed_samples=-1: must be an integer >= 0"),
+    ({"consumed_samples": "50"}, "consumed_samples='50': must be an integer"),
+    ({"consumed_samples": 9999}, "consumed_samples=9999: past the old train blend's"),
+    ({"old": {"data_path": ["a"], "train_samples": 0}}, "old.train_samples=0: must be"),
+    ({"old": {"data_path": ["a"], "tokens": 3}}, "old.tokens=3: unknown setting"),
+    ({"old": {"train_samples": 5}}, "old.blend=None: give the old run's data_path"),
+    ({"old": {"data_path": ["a"]}}, "old.train_samples=None: give it"),
+    ({"extra": 1}, "extra=1: unknown setting"),
+]
+
+
+@pytest.mark.parametrize(("top", "needle"), BAD)
+def test_bad_change_files_are_config_errors_naming_field_and_value(
+    tmp_path, corpora, monkeypatch, top, needle
+):
+    path = _change(tmp_path, corpora, **top)
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(path))
+    with pytest.raises(AssertionError) as caught:  # the compat layer's flavour
+        _build_new(tmp_path, corpora)
+    assert isinstance(caught.value, errors.ConfigError)
+    assert needle in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_an_unreadable_file_and_an_unsupported_new_config(tmp_path, corpora, monkeypatch):
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(tmp_path / "missing.json"))
+    with pytest.raises(errors.ConfigError, match="missing.json: cannot read it"):
+        _build_new(tmp_path, corpora)
+    (tmp_path / "bad.json").write_text("{not json")
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(tmp_path / "bad.json"))
+    with pytest.raises(errors.ConfigError, match="bad.json"):
+        _build_new(tmp_path, corpora)
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(_change(tmp_path, corpora)))
+    config = _config(GPTDatasetConfig, tmp_path / "cache", ([corpora[0], corpora[2]], None))
+    with pytest.raises(errors.ConfigError, match="needs weights"):
+        BlendedMegatronDatasetBuilder(GPTDataset, [NEW_SAMPLES, 8, 0], lambda: True, config).build()
+
+
+@pytest.mark.megatron
+@pytest.mark.timeout(600)
+def test_an_unchanged_script_under_the_launcher(tmp_path, corpora):
+    """``python -m tokenloom.megatron --mixture-change FILE script.py``: megatron's names."""
+    require_megatron()
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import json, sys, types\n"
+        "from megatron.core.datasets.blended_megatron_dataset_builder import "
+        "BlendedMegatronDatasetBuilder\n"
+        "from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig\n"
+        "tok = types.SimpleNamespace(vocab_size=32000, eod=2, unique_identifiers={'t': 1})\n"
+        "c0, c2, cache = sys.argv[1:4]\n"
+        "config = GPTDatasetConfig(random_seed=1234, sequence_length=32,\n"
+        "    blend=([c0, c2], [1.0, 3.0]), split='90,10,0', tokenizer=tok,\n"
+        "    path_to_cache=cache, reset_position_ids=False, reset_attention_mask=False,\n"
+        "    eod_mask_loss=False)\n"
+        f"train = BlendedMegatronDatasetBuilder(GPTDataset, [{NEW_SAMPLES}, 8, 0],\n"
+        "    lambda: True, config).build()[0]\n"
+        f"print(json.dumps([train[i]['tokens'].tolist() for i in range({CONSUMED}, len(train))]))\n"
+    )
+    change = _change(tmp_path, corpora)
+    launcher = (
+        "import sys; from tokenloom.megatron.__main__ import main; sys.exit(main(sys.argv[1:]))"
+    )
+    got = run_json(
+        launcher, "--mixture-change", str(change), str(script),
+        corpora[0], corpora[2], str(tmp_path / "cache"), timeout=600,
+    )  # fmt: skip
+    old = _native(tmp_path, ([corpora[0], corpora[1]], [1.0, 1.0]), OLD_SAMPLES)
+    new = _native(tmp_path, ([corpora[0], corpora[2]], [1.0, 3.0]), NEW_SAMPLES)
+    want = continue_blend(
+        old, CONSUMED, {corpora[0]: 1.0, corpora[2]: 3.0}, len(new) - CONSUMED,
+        added={corpora[2]: new.datasets[1]},
+    )  # fmt: skip
+    assert len(got) == len(want)
+    assert all(g == want[j]["tokens"].tolist() for j, g in enumerate(got))
+
+
+def test_the_launcher_checks_the_file_before_the_script(tmp_path, capsys, monkeypatch):
+    from tokenloom.megatron.__main__ import main
+
+    monkeypatch.delenv(ENVIRONMENT_VARIABLE, raising=False)
+    path = tmp_path / "change.json"
+    path.write_text(json.dumps({"consumed_samples": 1}))
+    assert main(["--mixture-change", str(path), str(tmp_path / "never_run.py")]) == 2
+    assert "allow_mixture_change=None: a resume with a changed mixture" in capsys.readouterr().err
+    assert main(["--mixture-change"]) == 2
+
+
+def _saved_state(tmp_path: Path, corpora: list[str]) -> dict:
+    """A real loader state: tokenloom's loader over the old blend, 5 batches of 10 read."""
+    from tokenloom.training import build_pretraining_data_loader
+
+    old = _native(tmp_path, ([corpora[0], corpora[1]], [1.0, 1.0]), OLD_SAMPLES)
+    loader = build_pretraining_data_loader(old, 0, micro_batch_size=10)
+    batches = iter(loader)
+    for _ in range(CONSUMED // 10):
+        next(batches)
+    state = loader.state_dict()
+    assert state["consumed_samples"] == CONSUMED
+    return state
+
+
+def test_a_loader_state_file_gives_the_consumed_count(tmp_path, corpora, monkeypatch):
+    state = _saved_state(tmp_path, corpora)
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    change = _change(tmp_path, corpora, consumed_samples=None, state=str(tmp_path / "state.json"))
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(change))
+    train = _build_new(tmp_path, corpora)[0]
+    assert train.consumed == CONSUMED
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(_change(tmp_path, corpora)))
+    by_count = _build_new(tmp_path, corpora)[0]
+    for idx in (CONSUMED, CONSUMED + 1, len(train) - 1):
+        assert numpy.array_equal(train[idx]["tokens"], by_count[idx]["tokens"])
+
+
+def test_a_state_of_other_settings_or_files_is_refused(tmp_path, corpora, monkeypatch):
+    state = _saved_state(tmp_path, corpora)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(state))
+    old = {"data_path": ["1", corpora[0], "1", corpora[1]], "train_samples": OLD_SAMPLES + 8}
+    change = _change(tmp_path, corpora, consumed_samples=None, state=str(path), old=old)
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(change))
+    with pytest.raises(errors.ConfigError, match="the 'old' settings are not the saved run's"):
+        _build_new(tmp_path, corpora)
+    prefix = corpora[1]
+    state["dataset"]["files"][prefix]["bin"]["size"] += 1  # as if c1.bin were regenerated
+    path.write_text(json.dumps(state))
+    change = _change(tmp_path, corpora, consumed_samples=None, state=str(path))
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(change))
+    with pytest.raises(errors.ConfigError, match=f"read other data files: {prefix}: .bin: size"):
+        _build_new(tmp_path, corpora)
+    change = _change(
+        tmp_path, corpora, consumed_samples=None, state=str(path), allow_data_change=True
+    )
+    assert _build_new(tmp_path, corpora)[0].consumed == CONSUMED
+    change = _change(tmp_path, corpora, state=str(path))  # both given
+    with pytest.raises(
+        errors.ConfigError,
+        match="consumed_samples=50: give exactly one of consumed_samples and state",
+    ):
+        _build_new(tmp_path, corpora)
