@@ -27,8 +27,8 @@ from tokenloom.megatron.datasets.blended_megatron_dataset_builder import (
     BlendedMegatronDatasetBuilder,
 )
 from tokenloom.megatron.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-from tokenloom.training.mixture import continue_blend
 from tokenloom.training.megatron_resume import ENVIRONMENT_VARIABLE, ContinuedTrainSplit
+from tokenloom.training.mixture import continue_blend
 
 OLD_SAMPLES, NEW_SAMPLES, CONSUMED = 2000, 200, 50  # old: c0 in 2 epochs
 
@@ -266,4 +266,22 @@ def test_a_state_of_other_settings_or_files_is_refused(tmp_path, corpora, monkey
         errors.ConfigError,
         match="consumed_samples=50: give exactly one of consumed_samples and state",
     ):
+        _build_new(tmp_path, corpora)
+
+
+def test_a_state_s_own_counts_and_continuations_are_checked(tmp_path, corpora, monkeypatch):
+    state = _saved_state(tmp_path, corpora)
+    assert sum(s["consumed"] for s in state["sources"].values()) == CONSUMED  # a /4 state
+    path = tmp_path / "state.json"
+    change = _change(tmp_path, corpora, consumed_samples=None, state=str(path))
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(change))
+    edited = json.loads(json.dumps(state))
+    edited["sources"][corpora[0]]["consumed"] += 1
+    path.write_text(json.dumps(edited))
+    with pytest.raises(errors.ConfigError, match=f"counts .* consumed samples of '{corpora[0]}'"):
+        _build_new(tmp_path, corpora)
+    edited = json.loads(json.dumps(state))
+    edited["mixture"] = {"resume_at": 10, "start": {corpora[0]: 5}}
+    path.write_text(json.dumps(edited))
+    with pytest.raises(errors.ConfigError, match="state.mixture=.*itself continued"):
         _build_new(tmp_path, corpora)

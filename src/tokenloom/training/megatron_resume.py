@@ -180,7 +180,17 @@ def _from_state(source: str, state: Mapping[str, Any]) -> tuple[int, dict[str, A
             checked["dataloader_type"],
             "a mixture change continues Megatron's sequential ('single') sampler only",
         )
-    return int(checked["consumed_samples"]), dict(checked["dataset"])
+    if checked["mixture"] is not None:
+        raise _bad(
+            source,
+            "state.mixture",
+            checked["mixture"],
+            "the saved run was itself continued after a mixture change, so the old "
+            "config's blend is not what it served; continue it with tokenloom's loader "
+            "(load_state_dict(state, allow_mixture_change=True))",
+        )
+    counts = {p: s["consumed"] for p, s in (checked["sources"] or {}).items()}
+    return int(checked["consumed_samples"]), dict(checked["dataset"], source_counts=counts)
 
 
 def read_mixture_change(path: str) -> MixtureChange:
@@ -279,6 +289,18 @@ def _check_state(change: MixtureChange, old: Any) -> None:
         )
 
 
+def _check_counts(change: MixtureChange, counts: Mapping[str, int]) -> None:
+    """A /4 state's per-source counts must be the rebuilt old blend's."""
+    saved = (change.state_dataset or {}).get("source_counts") or {}
+    for prefix, count in saved.items():
+        if count is not None and counts.get(prefix, 0) != count:
+            raise ConfigError(
+                f"mixture change {change.source}: the loader state counts {count} consumed "
+                f"samples of {prefix!r}, the old config's blend gives {counts.get(prefix, 0)} "
+                "at its consumed_samples: the 'old' settings are not the saved run's"
+            )
+
+
 def continue_train(change: MixtureChange, old: Any, new: Any, config: Any) -> ContinuedTrainSplit:
     """The train split after ``change``: ``old`` is the old config's train split,
     ``new`` the new config's (its added sources are used from their first sample)."""
@@ -305,6 +327,7 @@ def continue_train(change: MixtureChange, old: Any, new: Any, config: Any) -> Co
     if index is None:
         index = numpy.zeros(len(old), numpy.int16)
     counts = source_consumed(index, consumed, list(sources))
+    _check_counts(change, counts)
     added = {p: d for p, d in _sources(new).items() if p in weights and p not in sources}
     mixture = ContinuedMixture({**added, **sources}, counts, weights, len(new) - consumed)
     return ContinuedTrainSplit(old, consumed, mixture, mixture_changes(counts, weights))
