@@ -1,7 +1,7 @@
 """How long ``tokenloom trace --document`` takes on a large run (issue 21 §2: seconds).
 
     .venv/bin/python benchmarks/bench_trace.py [--samples 10000000] [--seq 8] \
-        [--gbs 256] [--mbs 4] [--world 8] [--loader cyclic] [--documents 5]
+        [--gbs 256] [--mbs 4] [--world 8] [--loader cyclic] [--documents 5] [--quarantine]
 
 Writes two real corpora (uint16, documents of 2..64 tokens) big enough for
 ``--samples`` train samples of ``--seq`` tokens, a config with Megatron's keys, builds
@@ -9,7 +9,9 @@ the indices once (cold, timed apart), then times what ``trace --document`` does 
 ``--documents`` documents: the run's order from the loaders' samplers (once per run),
 and per document the inverted scan (document_index -> sample_index -> inverse shuffle
 -> inverse blend -> steps); and the manifest of the whole run (digests of every
-step, given the order). Prints one JSON line.
+step, given the order). ``--quarantine`` adds ``skip_batches`` (1 % of the steps, in 10
+ranges) and ``block_documents`` (the timed documents) to the config, so the skipped
+steps and blocked ranges are in every figure. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -53,10 +55,20 @@ def _config(folder: str, args: argparse.Namespace) -> str:
         "eod": 2,
         "dataloader_type": args.loader,
     }
+    if args.quarantine:
+        steps = args.samples // args.gbs
+        config["skip_batches"] = [
+            [k * steps // 10, k * steps // 10 + steps // 1000 + 1] for k in range(10)
+        ]
+        config["block_documents"] = [f"{small}:{d}" for d in _documents(args)]
     path = os.path.join(folder, "train.json")
     with open(path, "w", encoding="utf-8") as out:
         json.dump(config, out)
     return path
+
+
+def _documents(args: argparse.Namespace) -> list[int]:
+    return [int(d) for d in numpy.random.default_rng(0).integers(0, 1000, args.documents)]
 
 
 def _time(args: argparse.Namespace, folder: str) -> dict:
@@ -67,30 +79,39 @@ def _time(args: argparse.Namespace, folder: str) -> dict:
     from tokenloom.cli.trace import load_run, run_steps
 
     config = _config(folder, args)
-    namespace = argparse.Namespace(config=config, state=None, dataloader_type=None)
+    namespace = argparse.Namespace(
+        config=config,
+        state=None,
+        dataloader_type=None,
+        allow_mixture_change=False,
+        allow_data_change=False,
+    )
     begin = time.perf_counter()
-    dataset, layout, _, _ = load_run(namespace)
+    dataset, layout, _, quarantine = load_run(namespace)
     build = time.perf_counter() - begin
     begin = time.perf_counter()
-    dataset, layout, _, _ = load_run(namespace)
+    dataset, layout, _, quarantine = load_run(namespace)
     load = time.perf_counter() - begin
     begin = time.perf_counter()
     order = run_order(dataset, layout, run_steps(dataset, layout))
     order_s = time.perf_counter() - begin
     begin = time.perf_counter()
-    make_manifest(dataset, order, layout.describe(), 0)
+    make_manifest(dataset, order, layout.describe(), 0, quarantine)
     manifest_s = time.perf_counter() - begin
     small = parts(dataset)[1]
     scans, hits = [], []
-    for document in numpy.random.default_rng(0).integers(0, 1000, args.documents):
+    for document in _documents(args):
         begin = time.perf_counter()
-        report = document_steps(dataset, order, str(small.dataset_path), int(document))
+        report = document_steps(
+            dataset, order, str(small.dataset_path), int(document), 0, quarantine
+        )
         scans.append(time.perf_counter() - begin)
         hits.append(report["count"])
     return {
         "samples": len(dataset),
         "steps": int(order.shape[0]),
         "loader": args.loader,
+        "quarantine": args.quarantine,
         "cold_build_s": round(build, 2),
         "warm_load_s": round(load, 2),
         "order_s": round(order_s, 2),
@@ -110,6 +131,7 @@ def main() -> None:
     parser.add_argument("--world", type=int, default=8)
     parser.add_argument("--loader", default="cyclic", choices=("single", "cyclic", "elastic"))
     parser.add_argument("--documents", type=int, default=5)
+    parser.add_argument("--quarantine", action="store_true", help="skip steps, block documents")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         print(json.dumps(_time(args, folder)))
