@@ -368,3 +368,16 @@ def test_mixture_change_prepares_the_old_caches_too(golden_dir, tmp_path, capsys
         capsys.readouterr().err
     )
     monkeypatch.delenv(ENVIRONMENT_VARIABLE, raising=False)
+
+
+def test_preview_shows_the_continued_train_split(golden_dir, tmp_path, capsys):
+    new, change, c0, c1, c2 = _change_files(golden_dir, tmp_path)
+    config = json.loads(new.read_text())
+    config["mixture_change"] = str(change)
+    new.write_text(json.dumps(config))
+    assert main(["preview", "--config", str(new), "--samples", "3", "--chars", "20"]) == 0
+    out = capsys.readouterr().out
+    assert f"{c0}: continues (from sample" in out and f"{c1}: stops (after" in out
+    shown = [int(line.split()[2]) for line in out.splitlines() if line.startswith("=== sample")]
+    assert len(shown) == 3 and all(k >= 80 for k in shown)  # what the resumed run reads
+    assert out.count("(continued)") == 3

@@ -285,3 +285,31 @@ def test_a_state_s_own_counts_and_continuations_are_checked(tmp_path, corpora, m
     path.write_text(json.dumps(edited))
     with pytest.raises(errors.ConfigError, match="state.mixture=.*itself continued"):
         _build_new(tmp_path, corpora)
+
+
+class _Args:
+    """What Megatron-LM's ``megatron.training.get_args()`` holds after a resume."""
+
+    consumed_train_samples = CONSUMED
+
+
+def _megatron_training(monkeypatch) -> None:
+    """A stand-in for Megatron-LM's training package (not part of megatron-core)."""
+    import sys
+    import types
+
+    module = types.ModuleType("megatron.training")
+    module.get_args = lambda: _Args()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "megatron.training", module)
+
+
+def test_consumed_samples_from_the_checkpoint(tmp_path, corpora, monkeypatch):
+    change = _change(tmp_path, corpora, consumed_samples="checkpoint")
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(change))
+    with pytest.raises(errors.ConfigError, match="consumed_samples='checkpoint': needs Megatron"):
+        _build_new(tmp_path, corpora)
+    _megatron_training(monkeypatch)
+    assert _build_new(tmp_path, corpora)[0].consumed == CONSUMED
+    change = _change(tmp_path, corpora, consumed_samples=CONSUMED + 10)
+    with pytest.raises(errors.ConfigError, match=f"resumed from consumed {CONSUMED} samples"):
+        _build_new(tmp_path, corpora)

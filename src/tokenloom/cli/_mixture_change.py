@@ -11,9 +11,9 @@ __all__ = ["describe_change", "prepare_change"]
 
 def describe_change(path: str) -> Any:
     """Read and check the change file; print what it says (the dry run's part)."""
-    from tokenloom.training.megatron_resume import read_mixture_change
+    from tokenloom.training.megatron_resume import read_mixture_change, with_consumed
 
-    change = read_mixture_change(path)
+    change = with_consumed(read_mixture_change(path), None)  # offline: no checkpoint
     print(
         f"mixture change:      {path} (the old run consumed {change.consumed_samples} of "
         f"its {change.old_train_samples} train samples)"

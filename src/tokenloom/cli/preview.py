@@ -269,6 +269,11 @@ def render_sample(
 
 
 def _locate(dataset: Any, k: int) -> tuple[Any, int, str]:
+    if has_attribute(dataset, "locate"):  # a train split continued after a mixture change
+        part, inner = dataset.locate(k)
+        if part is dataset.old:
+            return _locate(part, inner)
+        return part, inner, f"-> {part.dataset_path} sample {inner} (continued)"
     if has_attribute(dataset, "dataset_index"):
         part = dataset.datasets[int(dataset.dataset_index[k])]
         inner = int(dataset.dataset_sample_index[k])
@@ -352,8 +357,14 @@ def run(args: argparse.Namespace) -> int:
             "with --split, or give it weight and samples"
         )
     print_sources(args.preview_split, chosen, args.warn_repeats)
-    picks = numpy.random.default_rng(args.seed).choice(
-        len(chosen), min(args.samples, len(chosen)), replace=False
+    first = 0
+    if settings.get("mixture_change") and args.preview_split == "train":
+        from tokenloom.cli._mixture_change import prepare_change
+
+        chosen = prepare_change(settings["mixture_change"], config, chosen)
+        first = chosen.consumed  # the samples the resumed run reads
+    picks = first + numpy.random.default_rng(args.seed).choice(
+        len(chosen) - first, min(args.samples, len(chosen) - first), replace=False
     )
     for k in sorted(int(p) for p in picks):
         print_sample(chosen, k, tokenizer, args.chars)

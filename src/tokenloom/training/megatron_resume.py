@@ -32,6 +32,7 @@ import numpy
 from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 from tokenloom.training.checks import describe, is_integer
+from tokenloom.training.continued_split import ContinuedTrainSplit
 from tokenloom.training.data_identity import data_changes, pair_identities, summarize
 from tokenloom.training.mixture import (
     ContinuedMixture,
@@ -48,6 +49,7 @@ __all__ = [
     "old_config",
     "parse_mixture_change",
     "read_mixture_change",
+    "with_consumed",
 ]
 
 ENVIRONMENT_VARIABLE = "TOKENLOOM_MIXTURE_CHANGE"
@@ -76,8 +78,9 @@ class MixtureChange:
 
     source: str
     """Where it came from (a path), for messages."""
-    consumed_samples: int
-    """Global samples the saved run consumed (Megatron's ``consumed_train_samples``)."""
+    consumed_samples: Optional[int]
+    """Global samples the saved run consumed (Megatron's ``consumed_train_samples``);
+    None for ``"checkpoint"``: :func:`with_consumed` gives it from the resumed checkpoint."""
     old_fields: dict[str, Any]
     """The old run's data fields, by ``GPTDatasetConfig`` name."""
     old_train_samples: int
@@ -157,11 +160,12 @@ def parse_mixture_change(
             data.get("consumed_samples"),
             "give exactly one of consumed_samples and state",
         )
-    dataset = None
+    dataset, consumed = None, None  # type: tuple[Optional[dict[str, Any]], Optional[int]]
     if state is not None:
         consumed, dataset = _from_state(source, state)
     else:
-        consumed = _count(source, "consumed_samples", data["consumed_samples"], 0)
+        given = data["consumed_samples"]
+        consumed = None if given == "checkpoint" else _count(source, "consumed_samples", given, 0)
     fields, train = _old_fields(source, data.get("old"))
     data_change = data.get("allow_data_change", False)
     if not isinstance(data_change, bool):
@@ -227,6 +231,31 @@ def _read_mapping(path: str, what: str, allow_torch: bool = False) -> Any:
         raise ConfigError(f"{what} {path}: cannot read it ({error})") from None
     except Exception as error:  # YAML's, torch's and the JSON reader's many kinds
         raise ConfigError(f"{what} {path}: cannot parse it ({error})") from None
+
+
+def with_consumed(change: MixtureChange, checkpoint: Optional[int]) -> MixtureChange:
+    """``change`` with the consumed count of the checkpoint the run resumed from
+    (Megatron's ``args.consumed_train_samples``; None where no such args exist): it fills
+    ``"checkpoint"``, and a number given in the file must equal it."""
+    if checkpoint is None:
+        if change.consumed_samples is None:
+            raise _bad(
+                change.source,
+                "consumed_samples",
+                "checkpoint",
+                "needs Megatron-LM's training args (megatron.training.get_args()) of a "
+                "resumed run; none in this process, so give the number",
+            )
+        return change
+    if change.consumed_samples is not None and change.consumed_samples != checkpoint:
+        raise _bad(
+            change.source,
+            "consumed_samples",
+            change.consumed_samples,
+            f"the checkpoint this run resumed from consumed {checkpoint} samples "
+            "(args.consumed_train_samples); the file is not this resume's",
+        )
+    return dataclasses.replace(change, consumed_samples=int(checkpoint))
 
 
 def old_config(change: MixtureChange, config: Any) -> Any:
@@ -307,6 +336,9 @@ def continue_train(change: MixtureChange, old: Any, new: Any, config: Any) -> Co
     _check_state(change, old)
     weights = _new_weights(config, change.source)
     consumed = change.consumed_samples
+    if consumed is None:
+        change = with_consumed(change, None)  # raises: "checkpoint" not resolved
+        consumed = 0
     if consumed > len(old):
         raise _bad(
             change.source,
@@ -331,37 +363,3 @@ def continue_train(change: MixtureChange, old: Any, new: Any, config: Any) -> Co
     added = {p: d for p, d in _sources(new).items() if p in weights and p not in sources}
     mixture = ContinuedMixture({**added, **sources}, counts, weights, len(new) - consumed)
     return ContinuedTrainSplit(old, consumed, mixture, mixture_changes(counts, weights))
-
-
-class ContinuedTrainSplit:
-    """The train split a resumed Megatron run reads: ``len(old_part) + len(mixture)``
-    samples; ``[0, consumed)`` are the old blend's (the sampler skips them),
-    ``[consumed, len)`` the :class:`ContinuedMixture`'s, with the new blend's
-    ``dataset_id``. ``changes``: one line per source (continues, starts, stops)."""
-
-    def __init__(
-        self, old: Any, consumed: int, mixture: ContinuedMixture, changes: list[str]
-    ) -> None:
-        self.old, self.consumed, self.mixture, self.changes = old, consumed, mixture, changes
-        self.datasets = mixture.sources
-        self.config = read_attribute(old, "config", None)
-
-    def __len__(self) -> int:
-        return self.consumed + len(self.mixture)
-
-    def position(self, idx: int) -> tuple[str, int]:
-        """``(source prefix, sample of that source)`` that sample ``idx`` is (at or
-        after ``consumed``)."""
-        source, sample = self.mixture.position(idx - self.consumed)
-        return self.mixture.names[source], sample
-
-    def __getitem__(self, idx: Any) -> Any:
-        if not is_integer(idx) or not 0 <= idx < len(self):
-            raise IndexError(
-                f"ContinuedTrainSplit index {describe(idx)} out of range ({len(self)})"
-            )
-        if idx < self.consumed:
-            return self.old[idx]
-        j = idx - self.consumed
-        source, sample = self.mixture.position(j)
-        return {"dataset_id": self.mixture.dataset_index[j], **self.mixture.sources[source][sample]}

@@ -15,6 +15,7 @@ import logging
 import os
 from typing import Any, Optional, Union
 
+from tokenloom.attributes import read_attribute
 from tokenloom.builder import megatron as _builder
 from tokenloom.datasets import gpt as _gpt
 from tokenloom.megatron.datasets.blended_dataset import BlendedDataset
@@ -30,6 +31,7 @@ from tokenloom.training.megatron_resume import (
     continue_train,
     old_config,
     read_mixture_change,
+    with_consumed,
 )
 
 __all__ = [
@@ -57,6 +59,19 @@ DistributedDataset = Union[TopLevelDataset, MidLevelDataset, LowLevelDataset]
 _get_size_per_split_per_dataset = _builder.get_size_per_split_per_dataset
 
 
+def _checkpoint_consumed() -> Optional[int]:
+    """``args.consumed_train_samples`` of a Megatron-LM training run (set from the
+    checkpoint before its datasets are built), or None outside one."""
+    try:
+        from megatron.training import get_args  # Megatron-LM's, not megatron-core's
+
+        args = get_args()
+    except (ImportError, AssertionError, AttributeError):  # no such package / no args yet
+        return None
+    value = read_attribute(args, "consumed_train_samples", None)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 class _Builder(_builder.BlendedMegatronDatasetBuilder):
     """tokenloom's builder making the compat classes (no mixture change)."""
 
@@ -80,7 +95,7 @@ class BlendedMegatronDatasetBuilder(_Builder):
         path = os.environ.get(ENVIRONMENT_VARIABLE)
         if not path:
             return datasets
-        change = read_mixture_change(path)
+        change = with_consumed(read_mixture_change(path), _checkpoint_consumed())
         log_single_rank(
             logger,
             logging.WARNING,
