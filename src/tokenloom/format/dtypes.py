@@ -32,8 +32,9 @@ class DType(Enum):
     def code_from_dtype(cls, value: Any) -> int:
         """Return the header code of a numpy dtype (type, ``numpy.dtype`` or name)."""
         try:
-            name = numpy.dtype(value).name
-            return int(cls[name].value)
+            dtype = numpy.dtype(value)
+            code = _CODES.get(dtype) if dtype.isnative else None  # (a byte-swapped one: by name)
+            return code if code is not None else int(cls[dtype.name].value)
         except (KeyError, TypeError) as error:
             known = ", ".join(member.name for member in cls)
             raise FormatError(
@@ -83,3 +84,7 @@ def normalize_dtype(dtype: Any) -> type[numpy.number[Any]]:
 
 
 __all__ = ["DType", "optimal_dtype", "normalize_dtype"]
+
+
+_CODES: dict[numpy.dtype[Any], int] = {numpy.dtype(m.name): int(m.value) for m in DType}
+"""The header code of each native numpy dtype (what :meth:`DType.code_from_dtype` gives)."""
