@@ -250,8 +250,9 @@ class BlendedMegatronDatasetBuilder:
         def build(cache: Optional[IndexCache]) -> list[list[Optional[Any]]]:
             startup = Startup.for_blend(self.cls, self.config, prefixes)
             lows = [None if startup is None else startup.known(p) for p in prefixes]
+            firsts: dict[Split, Any] = {}  # per split, the dataset its siblings copy
             jobs = [
-                (self._construct_splits, prefix, split, sizes, low, startup, cache)
+                (self._construct_splits, prefix, split, sizes, low, startup, cache, firsts)
                 for prefix, sizes, low in zip(prefixes, sizes_per_dataset, lows)
             ]
             if startup is not None and all(low is not None for low in lows):
@@ -326,7 +327,8 @@ class BlendedMegatronDatasetBuilder:
         low_level: Any = None,
         startup: Optional[Startup] = None,
         cache: Optional[IndexCache] = None,
-    ) -> list[Optional[Any]]:
+        firsts: Optional[dict[Split, Any]] = None,
+    ) -> list[Optional[Any]]:  # firsts: each split's first GPTDataset, copied by the others
         if low_level is None and startup is not None and dataset_path is not None:
             low_level = startup.open(self.cls, dataset_path)
         elif low_level is None:
@@ -336,19 +338,22 @@ class BlendedMegatronDatasetBuilder:
         fast = bool(read_attribute(self.config, "fast_cache_load", False))
         datasets: list[Optional[Any]] = []
         for i, member in enumerate(Split):
-            bounds = split[i]
-            if bounds is None:
+            if (bounds := split[i]) is None:
                 datasets.append(None)
                 continue
-            indices = None
-            if not fast:  # megatron-core skips the split indices under fast_cache_load
+            indices = None  # megatron-core skips the split indices under fast_cache_load
+            if not fast:
                 begin, end = split_document_range(bounds, num_elements)
                 indices = numpy.arange(begin, end, 1, dtype=numpy.int32)
-            datasets.append(
-                self.cls(
+            if firsts and (first := firsts.get(member)) is not None:
+                dataset = first.sibling(low_level, dataset_path, indices, sizes[i], **keywords)
+            else:
+                dataset = self.cls(
                     low_level, dataset_path, indices, sizes[i], member, self.config, **keywords
                 )
-            )
+                if firsts is not None and isinstance(dataset, GPTDataset):
+                    firsts.setdefault(member, dataset)
+            datasets.append(dataset)
         if startup is not None:
             startup.release(low_level)
         return datasets

@@ -36,6 +36,7 @@ from tokenloom.datasets._gpt_low_level import (
     open_low_level,
     sequence_count,
 )
+from tokenloom.datasets._gpt_sibling import SiblingMixin
 from tokenloom.datasets._hooks import INDEX_NAMES, SIZE_HOOKS, IndexArrays, MegatronHooks
 from tokenloom.datasets._ranges import ranges_of_positions, wants_ranges
 from tokenloom.datasets._sample import SampleMaker, TokenSource
@@ -63,7 +64,7 @@ class WarmStart(Protocol):
         """Samples of the entry cached under ``key``, when recorded; else None."""
 
 
-class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
+class GPTDataset(IndexArrays, MegatronHooks, SiblingMixin, MegatronDataset):
     """The GPT dataset (megatron-core's ``GPTDataset`` arguments, in order).
 
     Args:
@@ -89,6 +90,8 @@ class GPTDataset(IndexArrays, MegatronHooks, MegatronDataset):
     """
 
     config: GPTDatasetConfig
+    copies_siblings = True
+    """:meth:`sibling` copies this class's instances (not a subclass's)."""
 
     def __init__(
         self,

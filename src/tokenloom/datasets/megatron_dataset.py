@@ -23,7 +23,13 @@ from tokenloom.datasets.split import Split
 from tokenloom.errors import ConfigError
 from tokenloom.format.bin_pool import BIN_POOL
 
-__all__ = ["MegatronDataset", "PAD_TOKEN_ID", "resolve_pad_token_id", "tokenizer_identity"]
+__all__ = [
+    "MegatronDataset",
+    "PAD_TOKEN_ID",
+    "checked_num_samples",
+    "resolve_pad_token_id",
+    "tokenizer_identity",
+]
 
 PAD_TOKEN_ID = -1
 """Pad id used when the tokenizer has none: guaranteed absent from token data."""
@@ -83,16 +89,10 @@ class MegatronDataset(MegatronDescription, ABC):
     ) -> None:
         if not isinstance(index_split, Split):
             raise ConfigError(f"index_split={index_split!r}: must be a tokenloom Split member")
-        if num_samples is not None and (
-            isinstance(num_samples, bool)
-            or not isinstance(num_samples, (int, numpy.integer))
-            or num_samples < 0
-        ):
-            raise ConfigError(f"num_samples={num_samples!r}: must be None or an integer >= 0")
         self.dataset = dataset
         self.dataset_path = dataset_path
         self.indices = indices
-        self.num_samples = None if num_samples is None else int(num_samples)
+        self.num_samples = checked_num_samples(num_samples)
         self.index_split = index_split
         self.config = config
         bound = read_attribute(config, "max_open_bin_files", None)
@@ -138,6 +138,17 @@ class MegatronDataset(MegatronDescription, ABC):
     @abstractmethod
     def __getitem__(self, idx: Optional[int]) -> dict[str, numpy.ndarray]:
         """One sample as a dict of arrays."""
+
+
+def checked_num_samples(num_samples: Any) -> Optional[int]:
+    """``num_samples`` as an int (None stays None); ConfigError unless an integer >= 0."""
+    if num_samples is not None and (
+        isinstance(num_samples, bool)
+        or not isinstance(num_samples, (int, numpy.integer))
+        or num_samples < 0
+    ):
+        raise ConfigError(f"num_samples={num_samples!r}: must be None or an integer >= 0")
+    return None if num_samples is None else int(num_samples)
 
 
 def tokenizer_identity(tokenizer: Any) -> Any:
