@@ -2,6 +2,9 @@
 
     .venv/bin/python benchmarks/bench_attribution.py [--sources 8] [--seq 4096] \
         [--batch 8] [--calls 4000]
+    .venv/bin/python benchmarks/bench_attribution.py --old OLD/src --new src \
+        [--rounds 3] [--sources 8] ...
+
 
 Builds a blend of ``--sources`` real corpora (uint16 tokens, documents of 16..4,096
 tokens) twice over the same index cache, once with ``return_document_ranges=True`` and
@@ -13,6 +16,12 @@ by one, the two sides alternating call by call (on a machine shared with other j
 the median of single calls is stable to a few tenths of a microsecond, where a mean
 over rounds is not). Prints one JSON line with the times and the
 overheads, the figures BENCHMARKS.md quotes.
+
+With ``--old``/``--new`` (two ``src`` folders) the same measurement runs in a child
+process per tree over the same corpora (``--data``, made once), the trees taking turns
+``--rounds`` times; each tree's best round (its smallest ``get_batch`` overhead in
+microseconds) counts, as in ``bench_pool.py``: on a shared machine one tree's round can
+land in a burst of load that the other's missed.
 """
 
 from __future__ import annotations
@@ -20,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any, Optional
@@ -84,36 +95,74 @@ def _per_call(off, on, batches: list[list[int]], collate: bool) -> tuple[float, 
     return float(numpy.median(times[id(off)])), float(numpy.median(times[id(on)]))
 
 
+def _measure(args: argparse.Namespace, folder: str, cache: str) -> dict[str, Any]:
+    """One row over the corpora in ``folder`` (made there when missing)."""
+    prefixes = [
+        os.path.join(folder, f"c{i}")
+        if os.path.exists(os.path.join(folder, f"c{i}.idx"))
+        else _corpus(os.path.join(folder, f"c{i}"), i, 4 * args.seq * 200)
+        for i in range(args.sources)
+    ]
+    samples = 200 * args.sources
+    off = _blend(prefixes, cache, args.seq, samples, False)
+    on = _blend(prefixes, cache, args.seq, samples, True)
+    rng = numpy.random.default_rng(0)
+    batches = [rng.integers(0, len(off), args.batch).tolist() for _ in range(args.calls)]
+    row: dict[str, Any] = {
+        "sources": args.sources,
+        "sequence_length": args.seq,
+        "micro_batch": args.batch,
+    }
+    for path, collate in (("get_batch", False), ("collate", True)):
+        _per_call(off, on, batches[:50], collate)  # warm: kernels, page cache
+        t_off, t_on = _per_call(off, on, batches, collate)
+        row[f"{path}_us_off"] = round(t_off * 1e6, 1)
+        row[f"{path}_us_on"] = round(t_on * 1e6, 1)
+        row[f"{path}_overhead_pct"] = round(100 * (t_on / t_off - 1), 2)
+    return row
+
+
+def _trees(args: argparse.Namespace) -> dict[str, Any]:
+    """``--old``/``--new``: both trees in turn, ``--rounds`` times; each one's best round."""
+    child = [f"--{name}={getattr(args, name)}" for name in ("sources", "seq", "batch", "calls")]
+    best: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="tokenloom-bench-attribution-") as folder:
+        for _ in range(args.rounds):
+            for tag, src in (("old", args.old), ("new", args.new)):
+                env = {**os.environ, "PYTHONPATH": os.path.abspath(src)}
+                command = [sys.executable, __file__, *child, "--data", folder, "--cache", tag]
+                out = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+                row = json.loads(out.stdout.strip().splitlines()[-1])
+                delta = row["get_batch_us_on"] - row["get_batch_us_off"]
+                if tag not in best or delta < best[tag]["get_batch_us_delta"]:
+                    best[tag] = {**row, "get_batch_us_delta": round(delta, 2)}
+    result = {"rounds": args.rounds, **{tag: best[tag] for tag in ("old", "new")}}
+    print(json.dumps(result))
+    return result
+
+
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
-    """Measure and print (and return) one JSON row."""
+    """Measure and print (and return) one JSON row (with ``--old``/``--new``: one per tree)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sources", type=int, default=8)
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--calls", type=int, default=4000, help="calls per side and path")
+    parser.add_argument("--old", help="src folder of the tree to compare against")
+    parser.add_argument("--new", help="src folder of the tree under test")
+    parser.add_argument("--rounds", type=int, default=3, help="turns per tree (--old/--new)")
+    parser.add_argument("--data", help="folder for the corpora (default: a temporary one)")
+    parser.add_argument("--cache", default="cache", help="index cache name under --data")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="tokenloom-bench-attribution-") as folder:
-        prefixes = [
-            _corpus(os.path.join(folder, f"c{i}"), i, 4 * args.seq * 200)
-            for i in range(args.sources)
-        ]
-        cache = os.path.join(folder, "cache")
-        samples = 200 * args.sources
-        off = _blend(prefixes, cache, args.seq, samples, False)
-        on = _blend(prefixes, cache, args.seq, samples, True)
-        rng = numpy.random.default_rng(0)
-        batches = [rng.integers(0, len(off), args.batch).tolist() for _ in range(args.calls)]
-        row: dict[str, Any] = {
-            "sources": args.sources,
-            "sequence_length": args.seq,
-            "micro_batch": args.batch,
-        }
-        for path, collate in (("get_batch", False), ("collate", True)):
-            _per_call(off, on, batches[:50], collate)  # warm: kernels, page cache
-            t_off, t_on = _per_call(off, on, batches, collate)
-            row[f"{path}_us_off"] = round(t_off * 1e6, 1)
-            row[f"{path}_us_on"] = round(t_on * 1e6, 1)
-            row[f"{path}_overhead_pct"] = round(100 * (t_on / t_off - 1), 2)
+    if args.old or args.new:
+        if not (args.old and args.new):
+            parser.error("--old and --new go together")
+        return _trees(args)
+    if args.data:
+        row = _measure(args, args.data, os.path.join(args.data, args.cache))
+    else:
+        with tempfile.TemporaryDirectory(prefix="tokenloom-bench-attribution-") as folder:
+            row = _measure(args, folder, os.path.join(folder, args.cache))
     print(json.dumps(row))
     return row
 

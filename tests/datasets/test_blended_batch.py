@@ -200,3 +200,40 @@ def test_empty_index_list_gives_empty_arrays(corpora):
     batch = blend.get_batch([])
     assert batch["tokens"].shape == (0, blend.config.sequence_length)
     assert batch["dataset_id"].shape == (0,) and batch["dataset_id"].dtype == numpy.int16
+
+
+ATTRIBUTION = ("document_ranges", "document_range_counts", "tokens_per_source")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=SUPPRESS)
+@given(names=NAMES, options=OPTIONS, size=st.integers(1, 60), data=st.data())
+def test_attribution_kernel_equals_its_readable_twin(
+    corpora, monkeypatch, names, options, size, data
+):
+    """``return_document_ranges``: the batch kernel's ranges, counts and per-source
+    tokens (written in the pass that copies the tokens) equal the readable path's
+    (``fill_reference``: ``sample_ranges`` and ``count_nonzero`` of the loss mask), for
+    any blend, rules, padding samples and batch (the empty one included)."""
+    pytest.importorskip("numba")
+    weights = [1.0] * len(names)
+    options = {**options, "return_document_ranges": True}
+    monkeypatch.setenv("TOKENLOOM_DISABLE_NUMBA", "1")
+    readable = _blend(corpora, names, weights, size, **options)
+    position = st.one_of(st.none(), st.integers(-len(readable), len(readable) - 1))
+    indices = data.draw(st.lists(position, min_size=0, max_size=12))
+    want = readable.get_batch(indices)
+    monkeypatch.setenv("TOKENLOOM_DISABLE_NUMBA", "0")
+    got = _blend(corpora, names, weights, size, **options).get_batch(indices)
+    assert sorted(got) == sorted(want) and set(ATTRIBUTION) <= set(got)
+    for name, value in want.items():
+        assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
+        numpy.testing.assert_array_equal(got[name], value, err_msg=name)
+    assert want["document_range_counts"].dtype == numpy.int64
+    numpy.testing.assert_array_equal(  # loss-bearing tokens, counted from the mask
+        numpy.bincount(
+            want["dataset_id"].astype(numpy.int64),
+            weights=numpy.count_nonzero(want["loss_mask"], axis=1),
+            minlength=len(names),
+        ),
+        want["tokens_per_source"],
+    )

@@ -26,7 +26,9 @@ from tokenloom.attributes import read_attribute
 from tokenloom.datasets._fast_sample import kernel_params
 from tokenloom.datasets._ranges import (
     NO_ATTRIBUTION,
-    BatchAttribution,
+    Attribution,
+    fill_reference,
+    new_attribution,
     range_width,
     wants_ranges,
 )
@@ -190,7 +192,7 @@ def fill_rows(
     positions: numpy.ndarray,
     dest: numpy.ndarray,
     out: Mapping[str, numpy.ndarray],
-    attribution: Optional[BatchAttribution] = None,
+    attribution: Optional[Attribution] = None,
     source: int = 0,
 ) -> None:
     """Row ``dest[i]`` of ``out`` <- sample ``positions[i]`` of ``dataset`` (int64, in
@@ -208,9 +210,9 @@ def fill_rows(
     if module is None or inputs is None or args is None:
         reference_rows(dataset, positions, dest, out)
         if attribution is not None:
-            attribution.fill_reference(dataset, positions, dest, out["loss_mask"], source)
+            fill_reference(attribution, dataset, positions, dest, out["loss_mask"], source)
         return
-    extras = NO_ATTRIBUTION if attribution is None else (*attribution.kernel_args, source)
+    extras = NO_ATTRIBUTION if attribution is None else (*attribution, source)
     arguments, kernel_positions = inputs.kernel_call(args, positions)
     status = int(
         module.fill_batch(
@@ -269,6 +271,12 @@ def get_batch(
     if not wants_ranges(dataset.config):
         fill_rows(dataset, rows, dest, arrays)
         return arrays
-    attribution = BatchAttribution(len(rows), dataset.document_range_width(), 1)
+    attribution = new_attribution(len(rows), dataset.document_range_width(), 1)
     fill_rows(dataset, rows, dest, arrays, attribution)
-    return attribution.into(dict(arrays))
+    ranges, counts, tokens = attribution
+    return {
+        **arrays,
+        "document_ranges": ranges,
+        "document_range_counts": counts,
+        "tokens_per_source": tokens,
+    }

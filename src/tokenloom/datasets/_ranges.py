@@ -4,7 +4,7 @@ The ranges come from the dataset's index arrays alone (:mod:`tokenloom.index.ran
 never from the tokens: they describe exactly the document parts a sample is read from
 (for a subclass that overrides ``_query_document_sample_shuffle_indices``, the parts
 its indices name). In ``get_batch`` the batch kernel writes them in the same pass that
-copies the tokens (:class:`BatchAttribution`), so that attribution costs next to
+copies the tokens (:data:`Attribution`), so that attribution costs next to
 nothing; the readable path computes the same with :func:`ranges_of_positions`.
 """
 
@@ -19,7 +19,9 @@ from tokenloom.index.ranges import padded_ranges, sample_ranges
 
 __all__ = [
     "NO_ATTRIBUTION",
-    "BatchAttribution",
+    "Attribution",
+    "fill_reference",
+    "new_attribution",
     "range_width",
     "ranges_of_positions",
     "wants_ranges",
@@ -65,41 +67,42 @@ def range_width(sample_index: numpy.ndarray) -> int:
     return max(1, int((starts[1:] - starts[:-1]).max()) + 1)
 
 
-class BatchAttribution:
-    """The attribution outputs of one ``get_batch`` call, filled dataset by dataset.
+Attribution = tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]
+"""The attribution outputs of one ``get_batch`` call, filled dataset by dataset:
+``(ranges, counts, tokens)``. ``ranges`` ``[B, width, 3]`` int64 (rows ``(document id,
+token start, token end)``, padded with -1), ``counts`` ``[B]`` int64 (rows of each
+sample; 0 for a padding sample), ``tokens`` ``[sources]`` int64 (loss-bearing tokens of
+each dataset id). A plain tuple, made by :func:`new_attribution`: it is made on every
+``get_batch`` call, where an object with methods cost a measurable part of the call."""
 
-    ``ranges`` ``[B, width, 3]`` int64 (rows ``(document id, token start, token end)``,
-    padded with -1), ``counts`` ``[B]`` int64 (rows of each sample; 0 for a padding
-    sample), ``tokens`` ``[sources]`` int64 (loss-bearing tokens of each dataset id).
-    """
 
-    def __init__(self, batch: int, width: int, sources: int) -> None:
-        # every row is written by the kernel or by fill_reference (padding included)
-        self.ranges = numpy.empty((batch, width, 3), dtype=numpy.int64)
-        self.counts = numpy.empty(batch, dtype=numpy.int64)
-        self.tokens = numpy.zeros(sources, dtype=numpy.int64)
-        # fill_batch's attribution arguments (the dataset id follows them)
-        self.kernel_args = (self.ranges, self.counts, self.tokens)
+_INT64 = numpy.dtype(numpy.int64)  # a dtype instance: numpy.empty converts no type
 
-    def fill_reference(
-        self,
-        dataset: Any,
-        positions: numpy.ndarray,
-        dest: numpy.ndarray,
-        loss_mask: numpy.ndarray,
-        source: int,
-    ) -> None:
-        """What the kernel writes, by the readable path (after the rows were filled)."""
-        offsets, rows = ranges_of_positions(dataset, positions)
-        padded, counts = padded_ranges(offsets, rows, self.ranges.shape[1])
-        self.ranges[dest], self.counts[dest] = padded, counts
-        real = dest[positions >= 0]
-        self.tokens[source] += int(numpy.count_nonzero(loss_mask[real]))
 
-    def into(self, result: dict[str, numpy.ndarray]) -> dict[str, numpy.ndarray]:
-        """``result`` with ``document_ranges``, ``document_range_counts`` and
-        ``tokens_per_source`` added."""
-        result["document_ranges"] = self.ranges
-        result["document_range_counts"] = self.counts
-        result["tokens_per_source"] = self.tokens
-        return result
+def new_attribution(batch: int, width: int, sources: int) -> Attribution:
+    """Fresh outputs for ``batch`` samples of at most ``width`` rows and ``sources``
+    dataset ids (every ``ranges`` and ``counts`` row is written by the kernel or by
+    :func:`fill_reference`, padding included; ``tokens`` starts at zero)."""
+    return (
+        numpy.empty((batch, width, 3), _INT64),
+        numpy.empty(batch, _INT64),
+        numpy.zeros(sources, _INT64),
+    )
+
+
+def fill_reference(
+    attribution: Attribution,
+    dataset: Any,
+    positions: numpy.ndarray,
+    dest: numpy.ndarray,
+    loss_mask: numpy.ndarray,
+    source: int,
+) -> None:
+    """What the kernel writes into ``attribution``, by the readable path (after the rows
+    were filled)."""
+    ranges, counts, tokens = attribution
+    offsets, rows = ranges_of_positions(dataset, positions)
+    padded, row_counts = padded_ranges(offsets, rows, ranges.shape[1])
+    ranges[dest], counts[dest] = padded, row_counts
+    real = dest[positions >= 0]
+    tokens[source] += int(numpy.count_nonzero(loss_mask[real]))

@@ -32,7 +32,7 @@ from tokenloom.attributes import read_attribute
 from tokenloom.cache import CacheKey, IndexCache
 from tokenloom.cache.indices import CachedIndices
 from tokenloom.datasets._batch import allocate_batch, check_out, fill_rows
-from tokenloom.datasets._ranges import BatchAttribution, wants_ranges
+from tokenloom.datasets._ranges import new_attribution, wants_ranges
 from tokenloom.datasets.megatron_dataset import MegatronDescription
 from tokenloom.datasets.schedule import schedule_of, to_arrays
 from tokenloom.datasets.split import Split, normalize
@@ -148,6 +148,8 @@ class BlendedDataset(MegatronDescription):
         self.weights = normalize(weights) if size is not None else [int(w) for w in weights]
         self.size = None if size is None else int(size)
         self.config = config
+        self._ranges = wants_ranges(config)  # read once: get_batch asks on every call
+        self._widths: Optional[list[int]] = None
         self.schedule = self._check_schedule()
         self.build_if_missing = bool(build_if_missing)
         self._describe()
@@ -335,10 +337,9 @@ class BlendedDataset(MegatronDescription):
     def _range_widths(self) -> list[int]:
         """Each dataset's ``document_range_width()``, computed once: it depends on the
         content of its sample index only, which a reload (content-addressed) keeps."""
-        widths: Optional[list[int]] = self.__dict__.get("_widths")
+        widths = self._widths
         if widths is None:
-            widths = [d.document_range_width() for d in self.datasets]
-            self.__dict__["_widths"] = widths
+            widths = self._widths = [d.document_range_width() for d in self.datasets]
         return widths
 
     def get_batch(
@@ -360,15 +361,25 @@ class BlendedDataset(MegatronDescription):
         ids, positions = self._sources(rows)
         groups = sorted(set(ids.tolist()))
         attribution = None
-        if wants_ranges(self.config):
-            widths = self._range_widths()
-            width = widths[groups[0]] if len(groups) == 1 else max([widths[j] for j in groups])
-            attribution = BatchAttribution(len(ids), width, len(self.datasets))
+        if self._ranges:
+            widths = self._widths or self._range_widths()
+            width = (
+                widths[groups[0]] if len(groups) == 1 else max([widths[j] for j in groups] or [1])
+            )
+            attribution = new_attribution(len(ids), width, len(widths))
         if len(groups) == 1:  # one contributing dataset: no row map to build
             dest = numpy.arange(len(ids), dtype=numpy.int64)
             fill_rows(self.datasets[groups[0]], positions, dest, arrays, attribution, groups[0])
         for j in groups if len(groups) > 1 else ():
             dest = numpy.flatnonzero(ids == j)
             fill_rows(self.datasets[j], positions[dest], dest, arrays, attribution, j)
-        result = {**arrays, "dataset_id": ids}
-        return result if attribution is None else attribution.into(result)
+        if attribution is None:
+            return {**arrays, "dataset_id": ids}
+        ranges, counts, tokens = attribution
+        return {
+            **arrays,
+            "dataset_id": ids,
+            "document_ranges": ranges,
+            "document_range_counts": counts,
+            "tokens_per_source": tokens,
+        }
