@@ -313,3 +313,11 @@ def test_consumed_samples_from_the_checkpoint(tmp_path, corpora, monkeypatch):
     change = _change(tmp_path, corpora, consumed_samples=CONSUMED + 10)
     with pytest.raises(errors.ConfigError, match=f"resumed from consumed {CONSUMED} samples"):
         _build_new(tmp_path, corpora)
+
+
+def test_a_random_sampler_in_the_megatron_run_is_refused(tmp_path, corpora, monkeypatch):
+    _megatron_training(monkeypatch)
+    monkeypatch.setattr(_Args, "dataloader_type", "cyclic", raising=False)
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(_change(tmp_path, corpora)))
+    with pytest.raises(errors.ConfigError, match="--dataloader-type 'cyclic': a mixture change"):
+        _build_new(tmp_path, corpora)

@@ -18,6 +18,7 @@ from typing import Any, Optional, Union
 from tokenloom.attributes import read_attribute
 from tokenloom.builder import megatron as _builder
 from tokenloom.datasets import gpt as _gpt
+from tokenloom.errors import ConfigError
 from tokenloom.megatron.datasets.blended_dataset import BlendedDataset
 from tokenloom.megatron.datasets.blended_megatron_dataset_config import (
     BlendedMegatronDatasetConfig,
@@ -61,13 +62,21 @@ _get_size_per_split_per_dataset = _builder.get_size_per_split_per_dataset
 
 def _checkpoint_consumed() -> Optional[int]:
     """``args.consumed_train_samples`` of a Megatron-LM training run (set from the
-    checkpoint before its datasets are built), or None outside one."""
+    checkpoint before its datasets are built), or None outside one; ConfigError when the
+    run's sampler is not the sequential one."""
     try:
         from megatron.training import get_args  # Megatron-LM's, not megatron-core's
 
         args = get_args()
     except (ImportError, AssertionError, AttributeError):  # no such package / no args yet
         return None
+    sampler = read_attribute(args, "dataloader_type", None)
+    if sampler not in (None, "single"):
+        raise ConfigError(
+            f"{ENVIRONMENT_VARIABLE}: --dataloader-type {sampler!r}: a mixture change "
+            "continues Megatron's sequential ('single') sampler only (a random sampler's "
+            "consumed samples are no prefix of each source)"
+        )
     value = read_attribute(args, "consumed_train_samples", None)
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
