@@ -132,3 +132,26 @@ def test_continue_a_real_blend_from_its_consumed_count(tmp_path: Path) -> None:
         name = (a, c)[which]
         want = sources[name][order[name].pop(0)]["tokens"]
         assert numpy.array_equal(mixture[j]["tokens"], want)
+
+
+def test_the_docs_figure_shows_the_rule(tmp_path: Path) -> None:
+    """docs/mixture_streams.py draws what the library serves: web continues from its
+    next unconsumed sample, code stops, math starts at 0, each stream without a gap."""
+    import importlib.util
+
+    pytest.importorskip("matplotlib")
+    path = Path(__file__).resolve().parents[2] / "docs" / "mixture_streams.py"
+    spec = importlib.util.spec_from_file_location("mixture_streams", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    served, consumed = module.streams()
+    before, after = served[: module.RESUME], served[module.RESUME :]
+    assert consumed == {"web": 4, "code": 4}
+    assert not [s for s, _ in after if s == "code"]  # removed: never drawn
+    for name, first in (("web", consumed["web"]), ("math", 0)):
+        drawn = [k for s, k in after if s == name]
+        assert drawn == list(range(first, first + len(drawn)))
+    assert [k for s, k in before if s == "web"] == [0, 1, 2, 3]
+    module.draw(tmp_path / "figure.png")
+    assert (tmp_path / "figure.png").stat().st_size > 10_000
