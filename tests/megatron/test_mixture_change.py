@@ -321,3 +321,32 @@ def test_a_random_sampler_in_the_megatron_run_is_refused(tmp_path, corpora, monk
     monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(_change(tmp_path, corpora)))
     with pytest.raises(errors.ConfigError, match="--dataloader-type 'cyclic': a mixture change"):
         _build_new(tmp_path, corpora)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_every_rank_of_a_gloo_group_gets_the_same_continuation(tmp_path, corpora):
+    """DP 2: rank 0 builds the old and new caches, rank 1 loads them; both serve
+    continue_blend's samples from consumed_samples on."""
+    from tests.support import distributed_harness as harness
+
+    change = _change(tmp_path, corpora)
+    env = {
+        ENVIRONMENT_VARIABLE: str(change),
+        "MIXTURE_C0": corpora[0],
+        "MIXTURE_C2": corpora[2],
+        "MIXTURE_CACHE": str(tmp_path / "cache"),
+        "MIXTURE_SAMPLES": str(NEW_SAMPLES),
+    }
+    script = str(Path(__file__).with_name("_mixture_worker.py"))
+    results = harness.launch(script, "continue", tmp_path / "ranks", 2, timeout=200, env_extra=env)
+    old = _native(tmp_path, ([corpora[0], corpora[1]], [1.0, 1.0]), OLD_SAMPLES)
+    new = _native(tmp_path, ([corpora[0], corpora[2]], [1.0, 3.0]), NEW_SAMPLES)
+    want = continue_blend(
+        old, CONSUMED, {corpora[0]: 1.0, corpora[2]: 3.0}, len(new) - CONSUMED,
+        added={corpora[2]: new.datasets[1]},
+    )  # fmt: skip
+    expected = [want[j]["tokens"].tolist() for j in range(len(want))]
+    for result in results:
+        assert result is not None and result["consumed"] == CONSUMED
+        assert result["tokens"] == expected
