@@ -59,10 +59,11 @@ def parts(dataset: Any) -> dict[str, Any]:
 
 
 def greedy(weights: Sequence[float], size: int) -> list[int]:
-    """megatron-core's rule: sample t goes to the largest w * max(t, 1) - count."""
-    total, counts, out = float(sum(weights)), [0] * len(weights), []
+    """megatron-core's rule over normalised weights (a blend's ``weights``): sample t goes
+    to the largest ``w * max(t, 1) - count``, the lowest id winning ties."""
+    counts, out = [0] * len(weights), []
     for t in range(size):
-        errors = [w / total * max(t, 1) - c for w, c in zip(weights, counts)]
+        errors = [w * max(t, 1) - c for w, c in zip(weights, counts)]
         best = errors.index(max(errors))
         counts[best] += 1
         out.append(best)

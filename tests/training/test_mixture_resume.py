@@ -110,16 +110,28 @@ def test_no_sample_is_repeated_or_lost_within_a_source(corpora: dict) -> None:
 
 
 def test_resuming_at_every_step_gives_the_same_global_order(corpora: dict) -> None:
+    """Before and after a change, a loader resumed at every step serves the continuous
+    run's samples, and every state's per-source counts are the reference streams'."""
     old_blend = blend(corpora, {"a": 1.0, "b": 2.0}, 96)
     new_blend = blend(corpora, {"b": 1.0, "c": 1.0, "d": 2.0}, 150)
-    state = state_after(old_blend, 5, micro_batch_size=MBS)
+    current = state_after(old_blend, 0, micro_batch_size=MBS)
+    for step in range(5):  # plain resumes of the old blend: counts seeded from the state
+        loader = build_pretraining_data_loader(old_blend, 0, micro_batch_size=MBS)
+        loader.load_state_dict(current)
+        next(iter(loader))
+        current = loader.state_dict()
+        _, streams = reference(old_blend, (step + 1) * MBS, old_blend, 0)
+        assert {n: r["consumed"] for n, r in current["sources"].items()} == streams.next
+    state = current
     continuous = served(new_blend, state, 20, 1, micro_batch_size=MBS)
-    stepped, current = [], state
+    stepped = []
     for step in range(20):
         loader = build_pretraining_data_loader(new_blend, 0, micro_batch_size=MBS)
         loader.load_state_dict(current, allow_mixture_change=step == 0)
         stepped.extend(next(iter(loader))["tokens"].numpy())
         current = loader.state_dict()
+        _, streams = reference(old_blend, 5 * MBS, new_blend, (step + 1) * MBS)
+        assert {n: r["consumed"] for n, r in current["sources"].items()} == streams.next
     assert current["mixture"]["resume_at"] == state["consumed_samples"]
     assert same(stepped, continuous)
 

@@ -143,6 +143,9 @@ class ContinuedBlend(BlendedDataset):
     ``datasets``: one per source of the new blend (its order), each the dataset the
     source's stream is drawn from; ``weights``/``schedule``: the new blend's (normalised);
     ``start``: each stream's next position at ``resume_at`` (module docstring).
+    ``prefix``: the new blend's own ``(dataset_index, dataset_sample_index)`` when its
+    weights are fixed: megatron-core's greedy does not depend on the size, so the blend
+    started at ``resume_at`` is their first ``size - resume_at`` entries (no build).
     """
 
     def __init__(
@@ -154,15 +157,25 @@ class ContinuedBlend(BlendedDataset):
         start: Sequence[int],
         resume_at: int,
         size: int,
+        prefix: Optional[tuple[numpy.ndarray, numpy.ndarray]] = None,
     ) -> None:
         self.resume_at = int(resume_at)
         self.start = numpy.asarray(start, numpy.int64)
-        tail, draws = tail_indices(weights, schedule, self.resume_at, size - self.resume_at)
+        count = size - self.resume_at
+        if prefix is not None and schedule is None:
+            tail, draws = prefix[0][:count], prefix[1][:count]
+        else:
+            tail, draws = tail_indices(weights, schedule, self.resume_at, count)
         lengths = numpy.asarray([max(len(d), 1) for d in datasets], numpy.int64)
-        index = numpy.zeros(size, numpy.int16)
+        index = numpy.zeros(size, numpy.int16)  # calloc: the head's pages are never touched
         samples = numpy.zeros(size, numpy.int64)
         index[self.resume_at :] = tail
-        samples[self.resume_at :] = (self.start[tail] + draws) % lengths[tail]
+        positions = samples[self.resume_at :]
+        numpy.add(numpy.take(self.start, tail), draws, out=positions)
+        needed = self.start + numpy.bincount(tail, minlength=len(datasets))
+        self.needed = needed  # each stream's position at the end
+        if numpy.any(needed > lengths):  # a stream past its dataset: further rounds
+            numpy.remainder(positions, lengths[tail], out=positions)
         self._given = (index, samples)
         super().__init__(datasets, list(weights), size, config)
 

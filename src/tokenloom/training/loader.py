@@ -219,11 +219,13 @@ class PretrainingDataLoader:
     # -- state -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """What resuming needs; safe to call while an iterator (with workers) is live.
+        Only the cyclic kind needs the pass fields (the others record
+        ``pass_start_consumed=consumed_samples``, ``pass_batches=0``); ``sources`` and
+        ``mixture``: :mod:`tokenloom.training.mixture_resume`."""
+        sequential = self.options["dataloader_type"] == "single"
+        return {**self._state(), **self._book.fields(self._consumed, sequential)}
 
-        Only the cyclic kind needs the pass fields (its sampler restarts at the pass
-        start and skips); the others record ``pass_start_consumed=consumed_samples``,
-        ``pass_batches=0``.
-        """
+    def _state(self) -> dict[str, Any]:
         o = self.options
         cyclic = o["dataloader_type"] == "cyclic"
         if self._fingerprint is None:  # the files as opened: fixed for the dataset's life
@@ -244,7 +246,6 @@ class PretrainingDataLoader:
             "seed": o["seed"],
             "skip_batches": [list(pair) for pair in self._requests.ranges],
             "dataset": dict(copy.deepcopy(self._fingerprint), blocked_documents=self._blocked()),
-            **self._book.fields(self._consumed, o["dataloader_type"] == "single"),
         }
 
     def _blocked(self) -> Optional[str]:
@@ -271,7 +272,7 @@ class PretrainingDataLoader:
         """
         allow = flag("allow_data_change", allow_data_change)
         change = flag("allow_mixture_change", allow_mixture_change)
-        kind, current = self.options["dataloader_type"], self.state_dict()
+        kind, current = self.options["dataloader_type"], self._state()  # no per-source counts
         saved = check_state(state, current, kind == "elastic", allow, change)
         changed = not same_dataset(saved["dataset"], current["dataset"])
         consumed, pass_start, pass_batches = self._resume_point(saved)
@@ -290,7 +291,7 @@ class PretrainingDataLoader:
         if served is not self.fetcher.dataset:  # workers must fork with the new one
             self.fetcher.dataset = served
             self.dataloader = self._make_dataloader()
-        self._book.adopt(served, stopped)
+        self._book.adopt(served, stopped, saved)
         self._consumed, self._pass_start, self._pass_batches = consumed, pass_start, pass_batches
         self._generation += 1
 

@@ -30,6 +30,7 @@ from typing import Any, Optional
 import numpy
 
 from tokenloom.attributes import read_attribute
+from tokenloom.datasets.blended import BlendedDataset
 from tokenloom.errors import ConfigError
 from tokenloom.training.continued_blend import ContinuedBlend, order_of, rebuild_source
 from tokenloom.training.data_identity import data_changes, pair_identities, summarize
@@ -68,12 +69,28 @@ def _blend_of(dataset: Any) -> tuple[list[float], Optional[list[Any]], Any]:
     return list(dataset.weights), read_attribute(dataset, "schedule", None), dataset.config
 
 
-def _prefix_counts(dataset: Any, names: list[str], consumed: int) -> list[int]:
-    """Each source's consumed count after ``consumed`` samples of the sequential order."""
-    if len(names) == 1 and not isinstance(read_attribute(dataset, "datasets", None), list):
-        return [consumed]
-    counts = numpy.bincount(dataset.dataset_index[:consumed], minlength=len(names))
-    return [int(c) for c in counts]
+class _Counter:
+    """Per-source counts of a prefix of ``index`` (one source per value) on top of
+    ``base``, kept between calls so that a later, longer prefix only counts what was
+    added (a checkpoint every N steps costs O(N), not O(consumed))."""
+
+    def __init__(self, index: Any, base: Any) -> None:
+        self.index, self.base = index, numpy.asarray(base, numpy.int64)
+        self.done, self.counts = 0, numpy.zeros(len(self.base), numpy.int64)
+
+    def seed(self, done: int, counts: list[int]) -> None:
+        """Start from ``counts`` (a state's, checked to add up) after ``done`` samples."""
+        if sum(counts) == int(self.base.sum()) + done:
+            self.done, self.counts = done, numpy.asarray(counts, numpy.int64) - self.base
+
+    def at(self, end: int) -> list[int]:
+        if end < self.done:
+            self.counts[:], self.done = 0, 0
+        if end > self.done:
+            chunk = numpy.asarray(self.index[self.done : end])
+            self.counts += numpy.bincount(chunk, minlength=len(self.counts))
+            self.done = end
+        return [int(c) for c in self.base + self.counts]
 
 
 class SourceBook:
@@ -86,6 +103,7 @@ class SourceBook:
         self.stopped: dict[str, dict[str, Any]] = {}
         self._sources: Optional[dict[str, Any]] = None
         self._records: dict[str, dict[str, Any]] = {}
+        self._counter: Optional[_Counter] = None
 
     def _names(self) -> dict[str, Any]:
         if self._sources is None:
@@ -94,15 +112,11 @@ class SourceBook:
 
     def fields(self, consumed: int, sequential: bool) -> dict[str, Any]:
         """The state's ``sources`` and ``mixture`` after ``consumed`` samples."""
-        names = list(self._names())
-        served, counts = self.served, None
-        if isinstance(served, ContinuedBlend):
-            counts = [int(c) for c in served.consumed(consumed)]
-            parts = list(served.datasets)
-        else:
-            parts = list(self._names().values())
-            if sequential and names:
-                counts = _prefix_counts(self.dataset, names, consumed)
+        names, served, counts = list(self._names()), self.served, None
+        continued = isinstance(served, ContinuedBlend)
+        parts = list(served.datasets) if continued else list(self._names().values())
+        if sequential and names:
+            counts = self._counts(consumed)
         sources = dict(self.stopped)
         for i, (name, part) in enumerate(zip(names, parts)):
             if name not in self._records:  # order and identity: fixed for the part's life
@@ -120,11 +134,38 @@ class SourceBook:
             mixture = {"resume_at": served.resume_at, "start": start}
         return {"sources": sources, "mixture": mixture}
 
-    def adopt(self, served: Any, stopped: dict[str, dict[str, Any]]) -> None:
-        """Serve ``served`` from now on (what :meth:`plan` returned)."""
+    def _make_counter(self) -> Optional[_Counter]:
+        """The counter of the served order (None for one dataset, not a blend)."""
+        served, sources = self.served, len(self._names())
+        if isinstance(served, ContinuedBlend):
+            return _Counter(served.dataset_index[served.resume_at :], served.start)
+        if not isinstance(read_attribute(self.dataset, "datasets", None), (list, tuple)):
+            return None
+        return _Counter(self.dataset.dataset_index, [0] * sources)
+
+    def _counts(self, consumed: int) -> list[int]:
+        if self._counter is None:
+            self._counter = self._make_counter()
+        if self._counter is None:
+            return [consumed]  # one dataset: every consumed sample is its
+        offset = self.served.resume_at if isinstance(self.served, ContinuedBlend) else 0
+        return self._counter.at(max(consumed - offset, 0))
+
+    def adopt(
+        self, served: Any, stopped: dict[str, dict[str, Any]], saved: Mapping[str, Any]
+    ) -> None:
+        """Serve ``served`` from now on (what :meth:`plan` returned for ``saved``); the
+        counts restart from the saved ones when they add up."""
         if served is not self.served:
             self._records = {}
-        self.served, self.stopped = served, stopped
+        self.served, self.stopped, self._counter = served, stopped, None
+        names, sources = list(self._names()), saved.get("sources") or {}
+        if not names or any((sources.get(n) or {}).get("consumed") is None for n in names):
+            return
+        consumed, self._counter = saved["consumed_samples"], self._make_counter()
+        if self._counter is not None:
+            offset = served.resume_at if isinstance(served, ContinuedBlend) else 0
+            self._counter.seed(consumed - offset, [int(sources[n]["consumed"]) for n in names])
 
     def plan(
         self, saved: Mapping[str, Any], kind: str, changed: bool, allow_data_change: bool
@@ -169,9 +210,11 @@ class SourceBook:
             for name, part in names.items()
         ]
         counts = [int(start.get(name, 0)) for name in names]
-        return ContinuedBlend(
-            parts, weights, schedule, config, counts, resume_at, len(self.dataset)
-        )
+        prefix = None
+        if type(self.dataset) is BlendedDataset and schedule is None:  # its own greedy
+            prefix = (self.dataset.dataset_index, self.dataset.dataset_sample_index)
+        size = len(self.dataset)
+        return ContinuedBlend(parts, weights, schedule, config, counts, resume_at, size, prefix)
 
 
 def _check_can_continue(
@@ -226,7 +269,7 @@ def _log_changes(
     weights = dict(zip(names, served.weights))
     for line in mixture_changes(consumed, weights):
         logger.info("mixture change at sample %d: %s", served.resume_at, line)
-    needed = served.consumed(len(served))
+    needed = served.needed
     for i, name in enumerate(names):
         if needed[i] > len(served.datasets[i]) > 0:
             logger.info(
