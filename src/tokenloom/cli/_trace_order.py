@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import Any, Optional
 
 import numpy
 
+from tokenloom.attributes import has_attribute
 from tokenloom.errors import ConfigError
 
 
@@ -177,31 +179,76 @@ def _loader(dataset: Any, layout: Layout, consumed: int, rank: int, quarantine: 
     )
 
 
-def _rank_stream(
+_CHUNK = 16384  # sampler batches turned into one array at a time
+
+
+def _rank_blocks(
     dataset: Any, layout: Layout, rank: int, start: int, skip: int
-) -> Iterator[list[int]]:
-    """Rank ``rank``'s micro-batches from a loader whose pass starts at ``start``, after
-    ``skip`` of them; the cyclic and elastic loaders start a new pass at each end."""
-    step = layout.micro_batch_size * layout.data_parallel_size
+) -> Iterator[numpy.ndarray]:
+    """Rank ``rank``'s micro-batches (``[n, micro_batch_size]`` int64 blocks, in order)
+    from a loader whose pass starts at ``start``, after ``skip`` of its sampler's
+    batches; the cyclic and elastic loaders start a new pass at each end. A partial
+    micro-batch ends the stream (no global batch holds it)."""
+    step, mbs = layout.micro_batch_size * layout.data_parallel_size, layout.micro_batch_size
     single = layout.dataloader_type == "single"
     while True:
         if single and start >= len(dataset):
             return
-        got = 0
-        for indices in _sampler(dataset, layout, start, rank):
-            got += 1
-            if skip:
-                skip -= 1
-                continue
-            indices = [int(i) for i in indices]
-            if not layout.hybrid_context_parallel:
-                yield indices
-                continue
-            mbs = layout.micro_batch_size  # one request per global batch: its micro-steps
-            yield from (indices[k : k + mbs] for k in range(0, len(indices), mbs))
+        sampler = _sampler(dataset, layout, start, rank)
+        if has_attribute(sampler, "epoch_indices"):  # the random samplers: one array a pass
+            rows = numpy.asarray(sampler.epoch_indices(), dtype=numpy.int64)
+            rows = rows[: rows.shape[0] // mbs * mbs].reshape(-1, mbs)  # what __iter__ yields
+            got, skip, rows = rows.shape[0], max(skip - rows.shape[0], 0), rows[skip:]
+            if rows.shape[0]:
+                yield rows
+            if got == 0:
+                return
+            start += got * step
+            continue
+        got, batches = 0, iter(sampler)
+        while chunk := list(islice(batches, _CHUNK)):
+            got += len(chunk)
+            drop, skip = min(skip, len(chunk)), skip - min(skip, len(chunk))
+            chunk = chunk[drop:]
+            if layout.hybrid_context_parallel:  # one request per global batch: its micro-steps
+                chunk = [b[k : k + mbs] for b in chunk for k in range(0, len(b), mbs)]
+            full = len(chunk)
+            while full and len(chunk[full - 1]) != mbs:  # only a pass's last can be short
+                full -= 1
+            if full:
+                yield numpy.array(chunk[:full], dtype=numpy.int64).reshape(full, mbs)
+            if full < len(chunk):
+                return
         if single or got == 0:
             return
         start += got * step
+
+
+class _Buffer:
+    """Takes ``n`` micro-batches at a time from a stream of blocks (no copy of what is
+    left: a block is sliced, never joined with the rest)."""
+
+    def __init__(self, blocks: Iterator[numpy.ndarray], width: int) -> None:
+        self.blocks, self.width = blocks, width
+        self.block = numpy.zeros((0, width), dtype=numpy.int64)
+        self.at = 0
+
+    def take(self, n: int) -> numpy.ndarray:
+        """The next ``n`` micro-batches (fewer when the stream ends)."""
+        pieces, need = [], n
+        while need:
+            if self.at == self.block.shape[0]:
+                block = next(self.blocks, None)
+                if block is None:
+                    break
+                self.block, self.at = block, 0
+            piece = self.block[self.at : self.at + need]
+            self.at += piece.shape[0]
+            need -= piece.shape[0]
+            pieces.append(piece)
+        if len(pieces) == 1:
+            return pieces[0]
+        return numpy.concatenate(pieces) if pieces else self.block[:0]
 
 
 def _start(layout: Layout, first_step: int, resume: Optional[Resume]) -> tuple[int, int]:
@@ -222,27 +269,36 @@ def _start(layout: Layout, first_step: int, resume: Optional[Resume]) -> tuple[i
     return resume.consumed_samples + (first_step - resumed_step) * gbs, 0
 
 
+def global_blocks(
+    dataset: Any, layout: Layout, first_step: int = 0, resume: Optional[Resume] = None
+) -> Iterator[numpy.ndarray]:
+    """The global sample indices of steps ``first_step``, ``first_step + 1``, ... as the
+    run's loaders serve them, as ``[k, global_batch_size]`` int64 blocks (``k`` doubling
+    from 1 up to about 2**20 samples a block); ends with the data (``single``) or never
+    (``cyclic``, ``elastic``). A last partial batch is left out."""
+    check_layout(layout)
+    start, skip = _start(layout, first_step, resume)
+    mbs, dp, micro = layout.micro_batch_size, layout.data_parallel_size, layout.micro_steps
+    streams = [_Buffer(_rank_blocks(dataset, layout, r, start, skip), mbs) for r in range(dp)]
+    want, cap = 1, max(1, 2**20 // layout.global_batch_size)
+    while True:
+        taken = [stream.take(want * micro) for stream in streams]
+        steps = min(part.shape[0] for part in taken) // micro
+        if steps:  # [micro-batch, rank, sample]: micro-step by micro-step, rank by rank
+            stacked = numpy.stack([part[: steps * micro] for part in taken], axis=1)
+            yield stacked.reshape(steps, layout.global_batch_size)
+        if steps < want:
+            return
+        want = min(want * 2, cap)
+
+
 def global_batches(
     dataset: Any, layout: Layout, first_step: int = 0, resume: Optional[Resume] = None
 ) -> Iterator[numpy.ndarray]:
     """The global sample indices (int64 ``[global_batch_size]``) of steps ``first_step``,
-    ``first_step + 1``, ... as the run's loaders serve them; ends with the data
-    (``single``) or never (``cyclic``, ``elastic``). A last partial batch is left out."""
-    check_layout(layout)
-    start, skip = _start(layout, first_step, resume)
-    streams = [
-        _rank_stream(dataset, layout, rank, start, skip)
-        for rank in range(layout.data_parallel_size)
-    ]
-    while True:
-        batch: list[int] = []
-        for _ in range(layout.micro_steps):
-            for stream in streams:
-                indices = next(stream, None)
-                if indices is None or len(indices) < layout.micro_batch_size:
-                    return
-                batch.extend(indices)
-        yield numpy.asarray(batch, dtype=numpy.int64)
+    ``first_step + 1``, ... (:func:`global_blocks`, one step at a time)."""
+    for block in global_blocks(dataset, layout, first_step, resume):
+        yield from block
 
 
 def run_order(
@@ -251,13 +307,16 @@ def run_order(
     """``[k, global_batch_size]`` global sample indices of steps ``first_step`` to
     ``first_step + steps`` (``k`` fewer than ``steps`` when a single-pass loader ends)."""
     rows: list[numpy.ndarray] = []
-    for batch in global_batches(dataset, layout, first_step, resume):
-        if len(rows) == steps:
-            break
-        rows.append(batch)
+    have = 0
+    if steps > 0:
+        for block in global_blocks(dataset, layout, first_step, resume):
+            rows.append(block[: steps - have])
+            have += rows[-1].shape[0]
+            if have == steps:
+                break
     if not rows:
         return numpy.zeros((0, layout.global_batch_size), dtype=numpy.int64)
-    return numpy.stack(rows)
+    return numpy.concatenate(rows)
 
 
 __all__ = [
@@ -266,6 +325,7 @@ __all__ = [
     "check_layout",
     "load_state",
     "global_batches",
+    "global_blocks",
     "layout_from_state",
     "run_order",
 ]

@@ -376,11 +376,18 @@ class ElasticPretrainingSampler:
         state["_memo"] = _PermutationMemo()
         return state
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def epoch_indices(self) -> numpy.ndarray:
+        """This rank's remaining indices of the current pass, its micro-batches one after
+        the other (what ``__iter__`` yields; sets ``self.epoch``)."""
         step = self.micro_batch_times_data_parallel_size
         self.epoch, offset = _check_epoch_offset(self.consumed_samples, self.epoch_samples, step)
         permutation = self._memo.get(self.total_samples, self.seed + self.epoch)
         first = self.data_parallel_rank * self.micro_batch_size
-        for begin in range(offset + first, self.epoch_samples, step):
+        rows = numpy.asarray(permutation[offset : self.epoch_samples]).reshape(-1, step)
+        return rows[:, first : first + self.micro_batch_size].reshape(-1)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        step = self.micro_batch_times_data_parallel_size
+        for row in self.epoch_indices().reshape(-1, self.micro_batch_size):
             self.consumed_samples += step
-            yield permutation[begin : begin + self.micro_batch_size].tolist()
+            yield row.tolist()
