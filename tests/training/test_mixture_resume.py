@@ -369,3 +369,23 @@ def test_gloo_ranks_continue_a_changed_mixture(corpora: dict, tmp_path: Path, wo
         env_extra={"MIXTURE_PREFIXES": ",".join([p["a"], p["b"], p["c"]])},
     )
     assert [r["same"] for r in results] == [True] * world
+
+
+@pytest.mark.parametrize(
+    "edit, where",
+    [
+        (lambda s, p: s["sources"][p].update(consumed=-1), '["sources"]["{p}"]["consumed"]'),
+        (lambda s, p: s["sources"][p]["order"].update(documents=[5, 2]), '["documents"]'),
+        (lambda s, p: s.update(mixture={"resume_at": 0, "start": {p: "x"}}), '["mixture"]'),
+        (lambda s, p: s["sources"][p].pop("order"), '["order"] is missing'),
+    ],
+)
+def test_a_malformed_source_record_names_its_field(corpora: dict, edit: Any, where: str) -> None:
+    old_blend = blend(corpora, {"a": 1.0, "b": 1.0}, 96)
+    state = state_after(old_blend, 3, micro_batch_size=MBS)
+    p = corpora["prefixes"]["a"]
+    edit(state, p)
+    loader = build_pretraining_data_loader(old_blend, 0, micro_batch_size=MBS)
+    with pytest.raises(ConfigError) as error:
+        loader.load_state_dict(state, allow_mixture_change=True)
+    assert where.format(p=p) in str(error.value)
