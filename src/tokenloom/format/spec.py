@@ -19,6 +19,7 @@ import io
 import os
 import stat
 import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal, NamedTuple, Optional, Union, overload
 
@@ -251,6 +252,36 @@ def write_index(
         handle.write(chunk.data.cast("B") if isinstance(chunk, numpy.ndarray) else chunk)
 
 
+def write_index_blocks(
+    handle: BinaryIO,
+    dtype: npt.DTypeLike,
+    counts: tuple[int, int],
+    length_blocks: Callable[[], Iterable[npt.NDArray[Any]]],
+    document_blocks: Iterable[npt.NDArray[Any]],
+    mode_blocks: Optional[Iterable[npt.NDArray[Any]]] = None,
+) -> None:
+    """Write a complete ``.idx`` from blocks, in bounded memory: the same bytes as
+    :func:`write_index`.  ``counts`` is (sequences, document index entries);
+    ``length_blocks()`` is called twice (lengths, then the pointers computed from them)."""
+    code = DType.code_from_dtype(dtype)
+    handle.write(_HEADER.pack(INDEX_MAGIC, INDEX_VERSION, code, counts[0], counts[1]))
+    for block in length_blocks():
+        handle.write(numpy.ascontiguousarray(block, dtype=numpy.int32).data.cast("B"))
+    itemsize, offset = DType.size(code), 0
+    for block in length_blocks():
+        sizes = numpy.asarray(block, dtype=numpy.int64) * itemsize
+        pointers = numpy.empty(sizes.shape[0], dtype=numpy.int64)
+        if sizes.shape[0]:
+            pointers[0] = offset
+            numpy.cumsum(sizes[:-1], out=pointers[1:])
+            pointers[1:] += offset
+            offset += int(sizes.sum())
+        handle.write(pointers.data.cast("B"))
+    for blocks, kind in ((document_blocks, numpy.int64), (mode_blocks or (), numpy.int8)):
+        for block in blocks:
+            handle.write(numpy.ascontiguousarray(block, dtype=kind).data.cast("B"))
+
+
 __all__ = [
     "INDEX_MAGIC",
     "INDEX_VERSION",
@@ -267,4 +298,5 @@ __all__ = [
     "sequence_pointers",
     "pack_index",
     "write_index",
+    "write_index_blocks",
 ]

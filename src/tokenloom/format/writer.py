@@ -1,7 +1,10 @@
 """``IndexedDatasetBuilder``: write a Megatron ``.bin``/``.idx`` pair.
 
-Tokens are streamed to a temporary sibling of the ``.bin``; the index lives in
-growable numpy arrays.  :meth:`IndexedDatasetBuilder.finalize` writes the ``.idx``
+Tokens are streamed to a temporary sibling of the ``.bin``; the index (4 bytes per
+sequence, 8 per document) is held in bounded memory and spilled to an unlinked
+temporary file in the output's folder past 2**16 entries
+(:class:`~tokenloom.format._spool.SpooledArray`), and the ``.idx`` is written from it in
+blocks, so a builder's memory does not grow with its data.  :meth:`IndexedDatasetBuilder.finalize` writes the ``.idx``
 (and any sidecar files) to temporary names too and publishes them together through
 :mod:`tokenloom.format.publish`: a crash or a concurrent writer at any instant leaves
 the old pair or the new one, never a mix.  The bytes written are identical to
@@ -22,12 +25,12 @@ import numpy.typing as npt
 from tokenloom.atomic import temporary_sibling
 from tokenloom.attributes import read_attribute
 from tokenloom.errors import FormatError, TokenloomError
-from tokenloom.format._buffers import GrowableArray, as_numpy, to_tokens
+from tokenloom.format._buffers import as_numpy, to_tokens
+from tokenloom.format._spool import SpooledArray
 from tokenloom.format.dtypes import normalize_dtype
-from tokenloom.format.index_file import IndexFile
-from tokenloom.format.merge_source import check_mergeable, copy_bin
+from tokenloom.format.merge_source import MergeSource, copy_bin
 from tokenloom.format.publish import discard, output_error, publish_pair, write_temporaries
-from tokenloom.format.spec import get_bin_path, get_idx_path, write_index
+from tokenloom.format.spec import get_bin_path, write_index_blocks
 
 _INT32_MAX = numpy.iinfo(numpy.int32).max
 
@@ -75,13 +78,14 @@ class IndexedDatasetBuilder:
         self.bin_path = os.fspath(bin_path)
         self.dtype = normalize_dtype(dtype)
         self.multimodal = bool(multimodal)
-        self._lengths = GrowableArray(numpy.int32)
-        self._documents = GrowableArray(numpy.int64, [0])
-        self._modes: Optional[GrowableArray[numpy.int8]] = (
-            GrowableArray(numpy.int8) if self.multimodal else None
-        )
         self._pid = os.getpid()
         check_output_path(self.bin_path, "data")
+        folder, what = os.path.dirname(os.path.abspath(self.bin_path)), self.bin_path
+        self._lengths = SpooledArray(numpy.int32, folder, what)
+        self._documents = SpooledArray(numpy.int64, folder, what, [0])
+        self._modes: Optional[SpooledArray] = (
+            SpooledArray(numpy.int8, folder, what) if self.multimodal else None
+        )
         if self.bin_path.endswith(".bin"):
             check_output_path(self.bin_path[:-4] + ".idx", "index")
         try:
@@ -277,18 +281,17 @@ class IndexedDatasetBuilder:
 
         ``progress(nbytes)`` is called as the ``.bin`` is copied.
         """
-        index = IndexFile(get_idx_path(path_prefix), multimodal=None)
-        try:
-            nbytes = check_mergeable(index, path_prefix, self.dtype, self.multimodal)
-            offset = len(self._lengths)
-            self._lengths.extend(index.lengths)
-            self._documents.extend(offset + index.documents[1:])
-            if self._modes is not None and index.header.sequence_count and index.modes is not None:
-                # an empty pair opens as not multimodal (its size cannot show the modes)
-                self._modes.extend(index.modes)
-        finally:
-            index.close()
         self._file()
+        with MergeSource(path_prefix) as source:  # read in blocks: bounded memory
+            nbytes = source.check(self.dtype, self.multimodal)
+            offset = len(self._lengths)
+            for lengths in source.lengths():
+                self._lengths.extend(lengths)
+            for number, documents in enumerate(source.documents()):
+                self._documents.extend(offset + (documents[1:] if number == 0 else documents))
+            if self._modes is not None:  # an empty pair has none (its size cannot show them)
+                for modes in source.modes():
+                    self._modes.extend(modes)
         copy_bin(get_bin_path(path_prefix), nbytes, self._write, progress)
 
     # -- finishing ----------------------------------------------------------------------
@@ -337,12 +340,13 @@ class IndexedDatasetBuilder:
         tmp_idx = temporary_sibling(idx_path)
         try:
             with open(tmp_idx, "wb") as handle:
-                write_index(
+                write_index_blocks(
                     handle,
                     self.dtype,
-                    self._lengths.view(),
-                    self._documents.view(),
-                    None if self._modes is None else self._modes.view(),
+                    (len(self._lengths), len(self._documents)),
+                    self._lengths.blocks,
+                    self._documents.blocks(),
+                    None if self._modes is None else self._modes.blocks(),
                 )
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -359,6 +363,9 @@ class IndexedDatasetBuilder:
         tmp, self._tmp_bin = self._tmp_bin, None
         with contextlib.suppress(Exception):
             self.data_file.close()
+        for spool in (self._lengths, self._documents, self._modes):
+            if spool is not None:
+                spool.close()
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
