@@ -66,6 +66,7 @@ def _build_side(side: str, params: dict[str, Any], probe) -> dict[str, Any]:
 
     def start():
         fds0 = _open_fds()
+        c0 = time.process_time()  # CPU time: what a loaded machine distorts least
         t0 = time.perf_counter()
         desc = describe(
             blend=[blend["prefixes"], blend["weights"]],
@@ -81,10 +82,12 @@ def _build_side(side: str, params: dict[str, Any], probe) -> dict[str, Any]:
         t1 = time.perf_counter()
         first = train[0]
         t2 = time.perf_counter()
+        c2 = time.process_time()
         return {
             "min_s": t2 - t0,
             "build_s": t1 - t0,
             "first_sample_s": t2 - t1,
+            "cpu_s": c2 - c0,
             "x_len": len(train),
             "x_first_tokens_sum": int(first["tokens"].sum()),
             "x_fds_per_prefix": (_open_fds() - fds0) / len(blend["prefixes"]),
@@ -210,7 +213,7 @@ def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
                 tl[phase],
             )
             for side, rep in (("megatron", mc[phase]), ("tokenloom", tl[phase])):
-                for key in ("build_s", "first_sample_s", "import_s"):
+                for key in ("build_s", "first_sample_s", "cpu_s", "import_s"):
                     if key in rep:
                         row[f"{side}_{key}"] = rep[key]
             row["n_prefixes"] = n

@@ -178,6 +178,11 @@ def _details(rows: list[dict[str, Any]]) -> list[str]:
                     f"{side}: build {fmt_time(r[f'{side}_build_s'])}, first sample "
                     f"{fmt_time(r[f'{side}_first_sample_s'])}, imports (not timed) "
                     f"{fmt_time(r.get(f'{side}_import_s'))}"
+                    + (
+                        f", CPU time {fmt_time(r[f'{side}_cpu_s'])}"
+                        if r.get(f"{side}_cpu_s") is not None
+                        else ""
+                    )
                 )
             if r.get(f"{side}_fds_per_prefix") is not None:
                 bits.append(
