@@ -53,7 +53,7 @@ mixtures = st.dictionaries(
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     old=mixtures,
@@ -76,6 +76,9 @@ def test_a_changed_mixture_continues_as_the_reference(
     consumed = state["consumed_samples"]
     after = served(new_blend, state, 6, new_dp, micro_batch_size=MBS)
     want, _ = reference(old_blend, consumed, new_blend, len(after))
+    if old_blend.unique_description_hash == new_blend.unique_description_hash:
+        # nothing changed (same weights, size and split): a plain resume of the same blend
+        want = [new_blend[i]["tokens"] for i in range(consumed, consumed + len(after))]
     assert len(after) == min(6 * MBS * new_dp, len(new_blend) - consumed) // (MBS * new_dp) * (
         MBS * new_dp
     )
