@@ -76,7 +76,13 @@ def step_digests(
         chunk = order[begin : begin + _CHUNK]
         ids, offsets, rows = _flat_ranges(dataset, chunk.reshape(-1))
         blocked = blocked_rows(quarantine, names, ids, offsets, rows).astype(numpy.uint8)
+        bounds = offsets[:: max(gbs, 1)]  # each step's first row, and the end
+        total = numpy.concatenate([[0], numpy.cumsum(blocked, dtype=numpy.int64)])
+        serves_blocked = total[bounds[1:]] > total[bounds[:-1]]
         counts = numpy.diff(offsets)
+        steps = numpy.repeat(numpy.arange(chunk.shape[0]), gbs) * len(names)
+        per_source = numpy.bincount(steps + ids, minlength=chunk.shape[0] * len(names))
+        mixes = per_source.reshape(chunk.shape[0], len(names)).tolist()
         for k in range(chunk.shape[0]):
             if skipped[begin + k]:
                 digests.append(SKIPPED)
@@ -87,10 +93,10 @@ def step_digests(
             digest.update(ids[a:b].tobytes())
             digest.update(counts[a:b].tobytes())
             digest.update(rows[offsets[a] : offsets[b]].tobytes())
-            if blocked[offsets[a] : offsets[b]].any():
+            if serves_blocked[k]:
                 digest.update(blocked[offsets[a] : offsets[b]].tobytes())
             digests.append(digest.hexdigest())
-            mix.append(numpy.bincount(ids[a:b], minlength=len(names)).tolist())
+            mix.append(mixes[k])
     return digests, mix
 
 
