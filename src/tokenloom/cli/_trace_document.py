@@ -46,8 +46,11 @@ def document_steps(
     hits = document_hits(dataset, source, document)
     flat = order.reshape(-1)
     by_sample = numpy.argsort(hits.samples, kind="stable")
-    served, piece = match(hits.samples[by_sample], flat)
-    piece = by_sample[piece]
+    at = (
+        numpy.flatnonzero(numpy.isin(flat, hits.samples, kind="table")) if len(hits.samples) else []
+    )
+    served, piece = match(hits.samples[by_sample], flat[at])  # one pass over the order
+    served, piece = numpy.asarray(at, dtype=numpy.int64)[served], by_sample[piece]
     gbs = max(int(order.shape[1]) if order.ndim == 2 else 1, 1)
     steps = served // gbs + first_step
     skipped = quarantine.skipped(steps)
