@@ -46,11 +46,11 @@ def document_steps(
     hits = document_hits(dataset, source, document)
     flat = order.reshape(-1)
     by_sample = numpy.argsort(hits.samples, kind="stable")
-    at = (
-        numpy.flatnonzero(numpy.isin(flat, hits.samples, kind="table")) if len(hits.samples) else []
-    )
-    served, piece = match(hits.samples[by_sample], flat[at])  # one pass over the order
-    served, piece = numpy.asarray(at, dtype=numpy.int64)[served], by_sample[piece]
+    at = numpy.zeros(0, dtype=numpy.int64)
+    if len(hits.samples):  # one pass over the order, then only where it holds them
+        at = numpy.flatnonzero(numpy.isin(flat, hits.samples, kind="table"))
+    served, piece = match(hits.samples[by_sample], flat[at])
+    served, piece = at[served], by_sample[piece]
     gbs = max(int(order.shape[1]) if order.ndim == 2 else 1, 1)
     steps = served // gbs + first_step
     skipped = quarantine.skipped(steps)
