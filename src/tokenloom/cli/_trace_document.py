@@ -26,6 +26,19 @@ def parse_document(text: str) -> tuple[str, int]:
     return prefix, int(number)
 
 
+def _served_pieces(samples: numpy.ndarray, flat: numpy.ndarray) -> tuple[Any, Any]:
+    """``(position in the order, piece)`` of every served piece: one ``isin`` pass over
+    the order, then a sorted match only where it holds the document's samples."""
+    from tokenloom.cli._trace_ranges import match
+
+    by_sample = numpy.argsort(samples, kind="stable")
+    at = numpy.zeros(0, dtype=numpy.int64)
+    if len(samples):
+        at = numpy.flatnonzero(numpy.isin(flat, samples, kind="table"))
+    served, piece = match(samples[by_sample], flat[at])
+    return at[served], by_sample[piece]
+
+
 def document_steps(
     dataset: Any,
     order: numpy.ndarray,
@@ -40,17 +53,11 @@ def document_steps(
     steps ``quarantine`` skips (consumed, never served); ``blocked``: whether the
     document is blocked (its served pieces get loss_mask 0: never trained on)."""
     from tokenloom.cli._trace_quarantine import Quarantine
-    from tokenloom.cli._trace_ranges import document_hits, match
+    from tokenloom.cli._trace_ranges import document_hits
 
     quarantine = quarantine or Quarantine()
     hits = document_hits(dataset, source, document)
-    flat = order.reshape(-1)
-    by_sample = numpy.argsort(hits.samples, kind="stable")
-    at = numpy.zeros(0, dtype=numpy.int64)
-    if len(hits.samples):  # one pass over the order, then only where it holds them
-        at = numpy.flatnonzero(numpy.isin(flat, hits.samples, kind="table"))
-    served, piece = match(hits.samples[by_sample], flat[at])
-    served, piece = at[served], by_sample[piece]
+    served, piece = _served_pieces(hits.samples, order.reshape(-1))
     gbs = max(int(order.shape[1]) if order.ndim == 2 else 1, 1)
     steps = served // gbs + first_step
     skipped = quarantine.skipped(steps)
