@@ -179,12 +179,13 @@ def test_served_batches_equal_the_trace_of_a_scheduled_quarantined_run(tmp_path,
 
 @pytest.mark.processes
 @pytest.mark.timeout(400)
-def test_a_resumed_quarantined_run_has_the_uninterrupted_manifest(tmp_path, capsys):
+@pytest.mark.parametrize("kind, world", [("cyclic", 2), ("elastic", 4)])  # elastic: DP 2 -> 4
+def test_a_resumed_quarantined_run_has_the_uninterrupted_manifest(tmp_path, capsys, kind, world):
     blocked = _blocked_pair(tmp_path)
     before = _config(
         tmp_path,
         "before.json",
-        dataloader_type="cyclic",
+        dataloader_type=kind,
         skip_batches=[[2, 3]],
         block_documents=blocked,
     )
@@ -192,9 +193,10 @@ def test_a_resumed_quarantined_run_has_the_uninterrupted_manifest(tmp_path, caps
     after = _config(
         tmp_path,
         "after.json",
-        dataloader_type="cyclic",
+        dataloader_type=kind,
         skip_batches=added,
         block_documents=blocked,
+        world_size=world,
     )
     dataset, layout, _, quarantine = _run(before)
     loaders = _loaders(dataset, layout, quarantine, skip_batches=[[2, 3]])
@@ -204,17 +206,20 @@ def test_a_resumed_quarantined_run_has_the_uninterrupted_manifest(tmp_path, caps
     torch.save(loaders[0].state_dict(), state_path)
 
     # resumed without skip_batches: the loaders keep the saved range, so does the trace
-    plain = _config(tmp_path, "plain.json", dataloader_type="cyclic", block_documents=blocked)
+    plain = _config(
+        tmp_path, "plain.json", dataloader_type=kind, block_documents=blocked, world_size=world
+    )
     _, _, resume, kept = _run(plain, str(state_path))
     assert kept.skip_batches == ((2, 3),) and resume.consumed_samples == 40
     # resumed with a range added: the loaders skip both, and so does the trace
-    _, _, resume, both = _run(after, str(state_path))
+    _, layout_after, resume, both = _run(after, str(state_path))
     assert both.skip_batches == ((2, 3), (7, 9))
-    resumed = _loaders(dataset, layout, both, skip_batches=added)
-    for one, old in zip(resumed, loaders):
-        one.load_state_dict(old.state_dict())
-    served = _served(resumed, layout, 14)  # crosses the end of the first pass
-    _check(dataset, layout, both, served, first=5, resume=resume)
+    assert layout_after.data_parallel_size == world
+    resumed = _loaders(dataset, layout_after, both, workers=1, skip_batches=added)
+    for rank, one in enumerate(resumed):  # elastic: any rank's state, at any DP size
+        one.load_state_dict(loaders[rank if kind == "cyclic" else 0].state_dict())
+    served = _served(resumed, layout_after, 14)  # crosses the end of the first pass
+    _check(dataset, layout_after, both, served, first=5, resume=resume)
 
     whole, cont = tmp_path / "whole.manifest", tmp_path / "resumed.manifest"
     assert main(["trace", "--config", after, "--manifest", str(whole)]) == 0
@@ -235,7 +240,7 @@ def test_a_resumed_quarantined_run_has_the_uninterrupted_manifest(tmp_path, caps
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "first differing step: 7" and "step 7: served vs skipped" in out[-1]
     # a block list other than the state's is refused, with the loader's message
-    other = _config(tmp_path, "other.json", dataloader_type="cyclic", skip_batches=added)
+    other = _config(tmp_path, "other.json", dataloader_type=kind, skip_batches=added)
     assert main(["trace", "--config", other, "--state", str(state_path), "--step", "9"]) != 0
     assert "block_documents digest" in capsys.readouterr().err
 
