@@ -20,10 +20,13 @@ turn, each rank 0's micro-batch, then rank 1's, ... Each sample is named by its 
 prefix, its dataset_id in the blend and its document ranges: rows (document id, token
 start, token end), the offsets relative to the document, the end exclusive.
 
-Loader settings (config keys beside prepare-cache's, or flags): dataloader_type
-(single, cyclic or elastic; default single), data_sharding (cyclic; default true),
-loader_seed (elastic; default 0), micro_batch_size (default: global_batch_size /
-data-parallel size). The data-parallel size is world_size / (TP x PP x CP).
+Loader settings (config keys beside prepare-cache's, or flags; prepare-cache, preview
+and plan accept them too): dataloader_type (single, cyclic or elastic; default single),
+data_sharding (cyclic; default true), loader_seed (elastic; default 0), drop_last,
+hybrid_context_parallel (single), skip_batches ([[first, end], ...]: steps never
+served), block_documents (["PREFIX:ID", ...] or a file: loss_mask 0 on their labels),
+micro_batch_size (default: global_batch_size / data-parallel size). The data-parallel
+size is world_size / (TP x PP x CP).
 
 Modes:
   --step N             the samples of global batch N (--json: as data; --decode: text)
