@@ -86,6 +86,43 @@ def tokenloom_build(params: dict[str, Any], probe: Any) -> dict[str, Any]:
 
 
 def main(argv: Any = None) -> int:
+    """The command line: build each side, print the table."""
+    measure(argv)
+    return 0
+
+
+def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
+    """``benchmarks/run.py --only scale``: peak RSS and build time a side.
+
+    10^8 samples (10^6 with --quick); TOKENLOOM_SCALE_SAMPLES sets another count.
+    """
+    import os
+
+    samples = os.environ.get("TOKENLOOM_SCALE_SAMPLES", "1000000" if ctx.get("quick") else "")
+    argv = ["--data-dir", f"{ctx['data']}/scale", "--samples", samples or "100000000"]
+    results = measure(argv)
+    rows = []
+    for side, rep in results.items():
+        per = rep.get("min_s", 0) / max(1, rep.get("x_samples", 1)) * 1e9
+        text = (
+            f"peak {rep.get('peak_rss_mib') or 0:,.0f} MiB, build {rep.get('min_s', 0):.1f} s "
+            f"({per:.0f} ns a sample)"
+        )
+        rows.append(
+            {
+                "target": "6 scale index memory",
+                "case": f"{side}, {int(argv[-1]):,} samples",
+                "tokenloom_display": rep.get("error", text)[:200],
+                "megatron_display": "-",
+                "ratio_display": "-",
+                "scale_memory": rep,
+            }
+        )
+    return rows
+
+
+def measure(argv: Any = None) -> dict[str, Any]:
+    """Run the sides of ``argv`` in their own children; returns their reports."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--samples", type=int, default=10_000_000)
     parser.add_argument("--docs", type=int, default=200_000)
@@ -117,7 +154,7 @@ def main(argv: Any = None) -> int:
         results[side] = report
         print(side, json.dumps(report), flush=True)
     _print_table(args, corpus, results)
-    return 0
+    return results
 
 
 def _print_table(args: Any, corpus: dict[str, Any], results: dict[str, Any]) -> None:

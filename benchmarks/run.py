@@ -116,7 +116,7 @@ def run_target(name: str, ctx: dict[str, Any]) -> list[dict[str, Any]]:
         "warmstart": "bench_warmstart",
         "index": "bench_index_build",
         "preprocess": "preprocess_bridge",
-        "scale": "bench_coldbuild",  # issue 22: the distributed cold build
+        "scale": "scale_suite",  # issue 22: cold build, index memory, peers
         "attribution": "bench_attribution",  # issue 21 section 1: return_document_ranges cost
     }[name]
     # more modules per target (each fails alone); issue 22 section 4: preprocess memory
