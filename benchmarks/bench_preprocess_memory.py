@@ -208,7 +208,7 @@ def plot(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(7, 4.2))
+    figure, axis = plt.subplots(figsize=(7, 5))
     series: dict[tuple, list[dict]] = {}
     for row in rows:
         if "skipped" in row:
@@ -224,7 +224,7 @@ def plot(rows: list[dict], path: str) -> None:
             [p["tree_peak_mb"] for p in points],
             style,
             marker="o",
-            label=f"{label}, {tokenizer}, {names.get(config, config)}",
+            label=f"{label}, {tokenizer.split(':')[0]}, {names.get(config, config)}",
         )
     axis.set_xscale("log", base=2)
     sizes = sorted({row["input_gb"] for row in rows if "skipped" not in row})
@@ -234,7 +234,7 @@ def plot(rows: list[dict], path: str) -> None:
     axis.set_ylabel("peak RSS of the process tree (MB)")
     axis.set_ylim(bottom=0)
     axis.grid(True, alpha=0.3)
-    axis.legend(fontsize=8)
+    axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     axis.set_title("tokenloom preprocess: peak memory vs input size")
     figure.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
