@@ -119,21 +119,17 @@ def run_target(name: str, ctx: dict[str, Any]) -> list[dict[str, Any]]:
         "scale": "scale_suite",  # issue 22: cold build, index memory, peers
         "attribution": "bench_attribution",  # issue 21 section 1: return_document_ranges cost
     }[name]
-    # more modules per target (each fails alone); issue 22 section 4: preprocess memory
-    modules = [module] + {"scale": ["bench_preprocess_memory"]}.get(name, [])
     t0 = time.perf_counter()
-    rows = []
-    for module in modules:
-        try:
-            rows += importlib.import_module(module).run(ctx)
-        except Exception as error:  # noqa: BLE001 - one broken target must not stop the suite
-            rows.append(
-                {
-                    "target": f"{report.TARGET_PREFIX[name]} {name}",
-                    "case": f"{module}: -",
-                    "error": f"{type(error).__name__}: {error}",
-                }
-            )
+    try:
+        rows = importlib.import_module(module).run(ctx)
+    except Exception as error:  # noqa: BLE001 - one broken target must not stop the suite
+        rows = [
+            {
+                "target": f"{report.TARGET_PREFIX[name]} {name}",
+                "case": "-",
+                "error": f"{type(error).__name__}: {error}",
+            }
+        ]
     for row in rows:
         row["target_wall_s"] = round(time.perf_counter() - t0, 1)
     return rows

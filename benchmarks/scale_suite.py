@@ -1,8 +1,9 @@
 """``benchmarks/run.py --only scale``: every figure of issue 22 in one target.
 
 The distributed cold build (partition, model, megatron-core's rank 0: bench_coldbuild),
-the index memory at scale (bench_scale_memory) and the peers side by side
-(bench_peers), each with the machine's limits (cores, fd limit, copy bandwidth) in the
+the index memory at scale (bench_scale_memory), the peers side by side
+(bench_peers) and preprocessing's peak memory against the input size
+(bench_preprocess_memory, with its plot), each with the machine's limits (cores, fd limit, copy bandwidth) in the
 rows of the cold build. The pool's cost needs the tree without the pool
 (``bench_pool.py --old``) and is not run here.
 """
@@ -21,6 +22,7 @@ def run(ctx: dict[str, Any]) -> list[dict[str, Any]]:
         ("bench_coldbuild", "run"),
         ("bench_scale_memory", "run"),
         ("bench_peers", "suite_rows"),
+        ("bench_preprocess_memory", "run"),  # section 4: preprocess peak RSS vs input size
     ):
         try:
             rows += getattr(importlib.import_module(module), entry)(ctx)
