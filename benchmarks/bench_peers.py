@@ -76,13 +76,15 @@ def _open_litdata(p: dict[str, Any]) -> Any:
 
 
 def _imports(side: str) -> None:
-    if side == "tokenloom":  # numba with it (its compiled kernels load lazily otherwise)
-        import numba  # noqa: F401
+    if side in ("tokenloom", "megatron"):  # the classes the builds use, numba with tokenloom
+        sys.path.insert(0, str(HERE))
+        from sides import gpt_classes
 
-        import tokenloom.datasets  # noqa: F401
-        import tokenloom.index  # noqa: F401
-    elif side == "megatron":
-        import megatron.core.datasets.gpt_dataset  # noqa: F401
+        if side == "tokenloom":
+            import numba  # noqa: F401
+
+            import tokenloom.index  # noqa: F401
+        gpt_classes(side)  # tokenloom.datasets imports GPTDataset lazily: here, not timed
     elif side == "olmo":
         import olmo_core.data  # noqa: F401
     else:
@@ -101,10 +103,12 @@ def child(side: str, p: dict[str, Any]) -> dict[str, Any]:
         ds = _open_gpt(side, p)
     else:
         ds = _open_olmo(p) if side == "olmo" else _open_litdata(p)
+    construct_s = time.perf_counter() - t0
     first = ds[0]
     startup_s = time.perf_counter() - t0
     n = len(ds)
     out: dict[str, Any] = dict(import_s=import_s, startup_s=startup_s, len=n)
+    out["construct_s"] = construct_s
     if p["fetch"]:
         idx = (numpy.random.default_rng(7).integers(0, 1 << 62, size=p["n_fetch"]) % n).tolist()
         for i in idx[:64]:
