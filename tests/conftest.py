@@ -19,6 +19,16 @@ from tests.support.golden import GOLDEN_DIR, golden_available
 from tests.support.tiers import HEAVY_MARKERS, ChildProcesses
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Before any kernel compiles (in the xdist controller, or a plain run): drop numba's
+    cached machine code if a kernel source changed, so that no test runs stale code
+    (src/tokenloom/kernels/stamp.py says why numba alone misses it)."""
+    if not hasattr(session.config, "workerinput"):
+        from tokenloom.kernels import stamp
+
+        stamp.refresh()
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m selects by the marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:

@@ -200,7 +200,7 @@ def warm_up(
         ConfigError: an unknown group or dtype, or numba kernels that cannot run
             (numba missing, or ``TOKENLOOM_DISABLE_NUMBA`` set).
     """
-    from tokenloom.kernels import DISABLE_ENV, KERNELS
+    from tokenloom.kernels import DISABLE_ENV, KERNELS, stamp
 
     groups, token_dtypes = list(groups), list(token_dtypes)
     unknown = [g for g in groups if g not in GROUPS] + [
@@ -211,6 +211,7 @@ def warm_up(
             f"warmup: unknown kernel group or token dtype {unknown[0]!r}; "
             f"groups: {', '.join(GROUPS)}; dtypes: {', '.join(_TOKEN_DTYPES)}"
         )
+    stamp.refresh()  # a changed kernel source: recompile every kernel (kernels/stamp.py)
     if not KERNELS.available() or KERNELS.get("sample_index") is None:
         raise ConfigError(
             f"warmup: the numba kernels cannot run here (numba missing, or "
