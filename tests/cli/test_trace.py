@@ -4,12 +4,12 @@ the document scan equals a brute-force scan of every step."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy
 import pytest
 import torch
+from tests.cli._trace_support import SEQ, load_traced, rank_loader, write_config
 from tests.provenance.provenance_helpers import build
 from tests.support.tokenizer_models import hf_path, real_texts  # noqa: F401
 from tests.training._data import write_corpus
@@ -19,62 +19,20 @@ from tokenloom.cli._trace_order import Layout, run_order
 from tokenloom.cli._trace_ranges import parts
 from tokenloom.cli._trace_step import step_records
 from tokenloom.cli.main import main
-from tokenloom.cli.trace import load_run
-from tokenloom.training import build_pretraining_data_loader
-
-SEQ = 32
 
 
 def _config(tmp_path, name="train.json", **extra) -> str:
     big = write_corpus(tmp_path / "big", 200, seed=1)
     small = write_corpus(tmp_path / "small", 60, seed=2)
-    config = {  # Megatron's keys
-        "data_path": ["0.7", big, "0.3", small],
-        "split": "100,0,0",
-        "seq_length": SEQ,
-        "seed": 1234,
-        "data_cache_path": str(tmp_path / "cache"),
-        "train_iters": 12,
-        "eval_interval": 1000,
-        "eval_iters": 0,
-        "global_batch_size": 8,
-        "micro_batch_size": 2,
-        "world_size": 2,
-        "vocab_size": 500,
-        "eod": 2,
-        **extra,
-    }
-    path = tmp_path / name
-    path.write_text(json.dumps(config))
-    return str(path)
+    return write_config(tmp_path, name, ["0.7", big, "0.3", small], **{"train_iters": 12, **extra})
 
 
 def _run(config: str, state=None):
-    return load_run(
-        argparse.Namespace(
-            config=config,
-            state=state,
-            dataloader_type=None,
-            allow_mixture_change=False,
-            allow_data_change=False,
-        )
-    )
+    return load_traced(config, state)
 
 
 def _loader(dataset, layout: Layout, rank: int, workers: int = 2):
-    return build_pretraining_data_loader(
-        dataset,
-        0,
-        dataloader_type=layout.dataloader_type,
-        micro_batch_size=layout.micro_batch_size,
-        global_batch_size=layout.global_batch_size,
-        data_parallel_rank=rank,
-        data_parallel_size=layout.data_parallel_size,
-        data_sharding=layout.data_sharding,
-        seed=layout.seed,
-        num_workers=workers,
-        pin_memory=False,
-    )
+    return rank_loader(dataset, layout, rank, workers, data_sharding=layout.data_sharding)
 
 
 def _served(loaders, layout: Layout, steps: int) -> list[list[numpy.ndarray]]:

@@ -6,22 +6,18 @@ followed without the opt-in, and its manifest equals the first resumed run's."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy
 import pytest
 import torch
+from tests.cli._trace_support import SEQ, load_traced, rank_loader, write_config
 from tests.training._data import write_corpus
 
 from tokenloom.cli._trace_order import Layout
 from tokenloom.cli._trace_ranges import parts
 from tokenloom.cli._trace_step import step_records
 from tokenloom.cli.main import main
-from tokenloom.cli.trace import load_run
-from tokenloom.training import build_pretraining_data_loader
-
-SEQ = 32
 
 
 def _config(tmp_path, name: str, weights: dict[str, float], **extra) -> str:
@@ -32,51 +28,16 @@ def _config(tmp_path, name: str, weights: dict[str, float], **extra) -> str:
         if not (tmp_path / f"{source}.idx").exists():
             write_corpus(prefix, sizes[source], seed=len(source) + ord(source))
         data_path += [str(weight), str(prefix)]
-    config = {
-        "data_path": data_path,
-        "split": "100,0,0",
-        "seq_length": SEQ,
-        "seed": 1234,
-        "data_cache_path": str(tmp_path / "cache"),
-        "train_iters": 16,
-        "eval_interval": 1000,
-        "eval_iters": 0,
-        "global_batch_size": 8,
-        "micro_batch_size": 2,
-        "world_size": 2,
-        "vocab_size": 500,
-        "eod": 2,
-        **extra,
-    }
-    path = tmp_path / name
-    path.write_text(json.dumps(config))
-    return str(path)
+    return write_config(tmp_path, name, data_path, **{"train_iters": 16, **extra})
 
 
 def _run(config: str, state=None, change=False):
-    args = argparse.Namespace(
-        config=config,
-        state=state,
-        dataloader_type=None,
-        allow_mixture_change=change,
-        allow_data_change=False,
-    )
-    return load_run(args)
+    return load_traced(config, state, change)
 
 
 def _loaders(dataset, layout: Layout, workers: int):
     return [
-        build_pretraining_data_loader(
-            dataset,
-            0,
-            micro_batch_size=layout.micro_batch_size,
-            global_batch_size=layout.global_batch_size,
-            data_parallel_rank=rank,
-            data_parallel_size=layout.data_parallel_size,
-            num_workers=workers,
-            pin_memory=False,
-        )
-        for rank in range(layout.data_parallel_size)
+        rank_loader(dataset, layout, rank, workers) for rank in range(layout.data_parallel_size)
     ]
 
 

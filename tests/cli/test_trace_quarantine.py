@@ -7,22 +7,19 @@ one config file serves trace, prepare-cache, preview and plan."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy
 import pytest
 import torch
+from tests.cli._trace_support import SEQ, load_traced, rank_loader, write_config
 from tests.training._data import write_corpus
 
 from tokenloom.cli._trace_order import Layout
 from tokenloom.cli._trace_ranges import parts
 from tokenloom.cli._trace_step import step_records
 from tokenloom.cli.main import main
-from tokenloom.cli.trace import load_run
-from tokenloom.training import build_pretraining_data_loader
 
-SEQ = 32
 SCHEDULE = [[0, [6, 3, 1]], [40, [1, 1, 8]], [80, [2, 1, 1], "linear"], [120, [0, 1, 1]]]
 
 
@@ -33,54 +30,23 @@ def _config(tmp_path, name="train.json", **extra) -> str:
         else write_corpus(tmp_path / f"s{k}", documents, seed=k + 1)
         for k, documents in enumerate((200, 120, 150))
     ]
-    config = {  # Megatron's keys, the schedule and the loader's keys in one file
-        "data_path": ["1", sources[0], "1", sources[1], "1", sources[2]],
-        "split": "100,0,0",
-        "seq_length": SEQ,
-        "seed": 1234,
-        "data_cache_path": str(tmp_path / "cache"),
-        "train_iters": 20,
-        "eval_interval": 1000,
-        "eval_iters": 0,
-        "global_batch_size": 8,
-        "micro_batch_size": 2,
-        "world_size": 2,
-        "vocab_size": 500,
-        "eod": 2,
-        "blend_schedule": SCHEDULE,
-        **extra,
-    }
-    path = tmp_path / name
-    path.write_text(json.dumps(config))
-    return str(path)
+    data_path = ["1", sources[0], "1", sources[1], "1", sources[2]]
+    settings = {"train_iters": 20, "blend_schedule": SCHEDULE, **extra}
+    return write_config(tmp_path, name, data_path, **settings)
 
 
 def _run(config: str, state=None):
-    return load_run(
-        argparse.Namespace(
-            config=config,
-            state=state,
-            dataloader_type=None,
-            allow_mixture_change=False,
-            allow_data_change=False,
-        )
-    )
+    return load_traced(config, state)
 
 
 def _loaders(dataset, layout: Layout, quarantine, workers: int = 2, **extra):
     return [
-        build_pretraining_data_loader(
+        rank_loader(
             dataset,
-            0,
-            dataloader_type=layout.dataloader_type,
-            micro_batch_size=layout.micro_batch_size,
-            global_batch_size=layout.global_batch_size,
-            data_parallel_rank=rank,
-            data_parallel_size=layout.data_parallel_size,
-            seed=layout.seed,
+            layout,
+            rank,
+            workers,
             hybrid_context_parallel=layout.hybrid_context_parallel,
-            num_workers=workers,
-            pin_memory=False,
             block_documents=quarantine.block_documents,
             **extra,
         )
