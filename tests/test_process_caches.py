@@ -34,6 +34,8 @@ EXEMPT = {
     "atomic.py:_UMASK": "the umask, read once at import on purpose: reading it means "
     "setting it, which races with threads creating files",
     "cache/keys.py:_ENCODER": "a json.JSONEncoder: its settings only, no state",
+    "builder/warm_keys.py:_DIGEST_JSON": "the digest's name as JSON text (a str), made "
+    "once at import",
     "format/identity.py:(DIGEST_NAME, _new_hash)": "the digest's name and constructor, "
     "chosen once at import",
     "format/_mapping.py:_MAP_FAILED": "MAP_FAILED, an int",
@@ -41,11 +43,17 @@ EXEMPT = {
     "format/publish_locks.py:_NONBLOCK": "an os flag (an int)",
     "format/publish_locks.py:_NOFOLLOW": "an os flag (an int)",
     "format/sigaction.py:SigAction._fields_": "a ctypes structure's layout",
+    "kernels/stamp.py:_HERE": "the package's folder (a Path), found once at import",
     "kernels/prefetch.py:prefetch_read": "a numba intrinsic (a function)",
     "kernels/prefetch.py:prefetch_write": "a numba intrinsic (a function)",
     "megatron/errors.py:FLAVOURED": "error classes made once at import, never written",
     "training/state_schema.py:_IDENTITY": "a schema table, never written",
     "training/state_schema.py:_DATASET": CONSTANT_TABLE,
+    "training/state_schema.py:_ORDER": "a schema check (a function), never written",
+    "training/state_schema.py:_SOURCE": "a schema check (a function), never written",
+    "training/state_schema.py:_MIXTURE": "a schema check (a function), never written",
+    "training/state_schema.py:_V3": CONSTANT_TABLE,
+    "training/megatron_resume.py:_OLD_ALIASES": CONSTANT_TABLE,
     # the registry itself
     "process_caches.py:_REGISTRY": "the registry of caches: the one home",
     "process_caches.py:_STATES": "the registry of other state: the one home",
@@ -64,6 +72,7 @@ EXEMPT = {
     "cli/prepare_cache.py:_KINDS": CONSTANT_TABLE,
     "cli/warmup.py:_WARMERS": CONSTANT_TABLE,
     "datasets/__init__.py:_LAZY": CONSTANT_TABLE,
+    "format/dtypes.py:_CODES": CONSTANT_TABLE,
     "datasets/_batch.py:BATCH_FIELDS": CONSTANT_TABLE,
     "packing/_pipeline.py:DTYPES": CONSTANT_TABLE,
     "packing/batch.py:EXPECTED": CONSTANT_TABLE,
