@@ -109,16 +109,13 @@ BLEND_SCAN_BELOW = 24
 """Blends of fewer datasets take the plain O(datasets)-per-sample scan kernel; from
 this many on, the sub-linear greedy (``kernels.blend_fast``) is faster."""
 
-SAMPLE_VECTORIZED_MAX_DOCUMENTS = 65_536
+SAMPLE_VECTORIZED_MAX_DOCUMENTS = 4096
 """Document indices up to this length are cut into samples by cumulative sums (a few
-numpy calls, about 22 ns a document against the kernel's 6); longer ones by the one-pass
-kernel. Below it a cold build of a small dataset loads no numba (0.3-1.2 s): at 65,536
-the cumulative sums cost at most about 1 ms more than the loaded kernel."""
+numpy calls); longer ones by the one-pass kernel."""
 
-SHUFFLE_KERNEL_MIN_SIZE = 65_536
-"""Arrays shorter than this are shuffled by numpy's own ``RandomState.shuffle``: on
-them the kernel saves at most about 0.25 ms (0.95 against 0.71 ms at 65,536 int64),
-far less than loading numba (0.3-1.2 s) in a process that has not yet."""
+SHUFFLE_KERNEL_MIN_SIZE = 8192
+"""Arrays shorter than this are shuffled by numpy's own ``RandomState.shuffle``:
+reading and writing the generator state costs more than the kernel saves on them."""
 
 SCHEDULE_REFERENCE_MAX_SAMPLES = 2048
 """Schedule blends of up to this many samples run the reference (no numba load); longer
