@@ -46,6 +46,7 @@ def build_train(
     weights: Optional[list[float]] = None,
     sequence_length: int = 32,
     seed: int = 1234,
+    split: str = "100,0,0",
     **overrides: Any,
 ) -> Any:
     """The train split of a (blended) GPT dataset with ``samples`` samples."""
@@ -54,7 +55,7 @@ def build_train(
         random_seed=seed,
         sequence_length=sequence_length,
         blend=blend,
-        split="100,0,0",
+        split=split,
         tokenizer={"vocab_size": 500, "eod": EOD},
         path_to_cache=str(cache),
         reset_position_ids=False,

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy
+from tests.training._data import build_train
 
-from tokenloom.builder import BlendedMegatronDatasetBuilder
-from tokenloom.datasets import GPTDataset, GPTDatasetConfig
 from tokenloom.training import build_pretraining_data_loader
 
 EOD = 2
@@ -34,22 +33,15 @@ def build(
     sequence_length: int = SEQ,
 ) -> Any:
     """The train split of a blend (a GPTDataset for one prefix without a schedule)."""
-    config = GPTDatasetConfig(
-        random_seed=1234,
+    return build_train(
+        prefixes,
+        cache,
+        samples,
+        weights=list(weights),
         sequence_length=sequence_length,
-        blend=(list(prefixes), list(weights)),
-        blend_schedule=schedule,
         split=split,
-        tokenizer={"vocab_size": 500, "eod": EOD},
-        path_to_cache=str(cache),
-        reset_position_ids=False,
-        reset_attention_mask=False,
-        eod_mask_loss=False,
+        blend_schedule=schedule,
     )
-    train, _, _ = BlendedMegatronDatasetBuilder(
-        GPTDataset, [samples, 0, 0], lambda: True, config
-    ).build()
-    return train
 
 
 def parts(dataset: Any) -> dict[str, Any]:
