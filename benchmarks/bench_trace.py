@@ -1,12 +1,14 @@
 """How long ``tokenloom trace --document`` takes on a large run (issue 21 §2: seconds).
 
     .venv/bin/python benchmarks/bench_trace.py [--samples 10000000] [--seq 8] \
-        [--gbs 256] [--mbs 4] [--world 8] [--loader cyclic] [--documents 5] [--quarantine]
+        [--gbs 256] [--mbs 4] [--world 8] [--loader cyclic] [--documents 5] [--quarantine] \
+        [--folder DIR]
 
 Writes two real corpora (uint16, documents of 2..64 tokens) big enough for
 ``--samples`` train samples of ``--seq`` tokens, a config with Megatron's keys, builds
 the indices once (cold, timed apart), then times what ``trace --document`` does for
-``--documents`` documents: the run's order from the loaders' samplers (once per run),
+``--documents`` documents: the warm load of the run, the run's order from the loaders'
+samplers (once per run; torch is not imported on this path, ``torch_imported`` says),
 and per document the inverted scan (document_index -> sample_index -> inverse shuffle
 -> inverse blend -> steps); and the manifest of the whole run (digests of every
 step, given the order). ``--quarantine`` adds ``skip_batches`` (1 % of the steps, in 10
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 
@@ -38,8 +41,10 @@ def _corpus(prefix: str, seed: int, tokens: int) -> str:
 
 def _config(folder: str, args: argparse.Namespace) -> str:
     tokens = args.samples * (args.seq + 1)
-    big = _corpus(os.path.join(folder, "big"), 1, tokens)
-    small = _corpus(os.path.join(folder, "small"), 2, tokens // 8)
+    big, small = os.path.join(folder, "big"), os.path.join(folder, "small")
+    if not os.path.exists(small + ".idx"):  # --folder: written once
+        _corpus(big, 1, tokens)
+        _corpus(small, 2, tokens // 8)
     config = {
         "data_path": ["0.8", big, "0.2", small],
         "split": "100,0,0",
@@ -71,6 +76,19 @@ def _documents(args: argparse.Namespace) -> list[int]:
     return [int(d) for d in numpy.random.default_rng(0).integers(0, 1000, args.documents)]
 
 
+class _Clocks:
+    """Wall and CPU (process) seconds since the last lap."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def lap(self) -> list[float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        spent = [round(wall - self.wall, 3), round(cpu - self.cpu, 3)]
+        self.wall, self.cpu = wall, cpu
+        return spent
+
+
 def _time(args: argparse.Namespace, folder: str) -> dict:
     from tokenloom.cli._trace_document import document_steps
     from tokenloom.cli._trace_manifest import make_manifest
@@ -89,40 +107,35 @@ def _time(args: argparse.Namespace, folder: str) -> dict:
     begin = time.perf_counter()
     dataset, layout, _, quarantine = load_run(namespace)
     build = time.perf_counter() - begin
-    begin = time.perf_counter()
+    clocks = _Clocks()
     dataset, layout, _, quarantine = load_run(namespace)
-    load = time.perf_counter() - begin
-    begin = time.perf_counter()
-    from tokenloom.training import build_pretraining_data_loader  # noqa: F401  (torch)
-
-    import_s = time.perf_counter() - begin
-    begin = time.perf_counter()
+    load = clocks.lap()
     order = run_order(dataset, layout, run_steps(dataset, layout))
-    order_s = time.perf_counter() - begin
-    begin = time.perf_counter()
+    order_s = clocks.lap()
     make_manifest(dataset, order, layout.describe(), 0, quarantine)
-    manifest_s = time.perf_counter() - begin
+    manifest_s = clocks.lap()
     small = parts(dataset)[1]
     scans, hits = [], []
     for document in _documents(args):
-        begin = time.perf_counter()
+        clocks.lap()
         report = document_steps(
             dataset, order, str(small.dataset_path), int(document), 0, quarantine
         )
-        scans.append(time.perf_counter() - begin)
+        scans.append(clocks.lap())
         hits.append(report["count"])
+    scan = [float(numpy.median([s[k] for s in scans])) for k in range(2)]
     return {
         "samples": len(dataset),
         "steps": int(order.shape[0]),
         "loader": args.loader,
         "quarantine": args.quarantine,
         "cold_build_s": round(build, 2),
-        "warm_load_s": round(load, 2),
-        "loader_import_s": round(import_s, 2),
-        "order_s": round(order_s, 2),
-        "scan_s_median": round(float(numpy.median(scans)), 3),
-        "document_total_s": round(import_s + order_s + float(numpy.median(scans)), 2),
-        "manifest_s": round(manifest_s, 2),
+        "warm_load_s": load,
+        "order_s": order_s,
+        "scan_s_median": [round(v, 3) for v in scan],
+        "document_total_s": [round(load[k] + order_s[k] + scan[k], 2) for k in range(2)],
+        "manifest_s": manifest_s,
+        "torch_imported": "torch" in sys.modules,
         "hits_per_document": hits,
     }
 
@@ -137,7 +150,12 @@ def main() -> None:
     parser.add_argument("--loader", default="cyclic", choices=("single", "cyclic", "elastic"))
     parser.add_argument("--documents", type=int, default=5)
     parser.add_argument("--quarantine", action="store_true", help="skip steps, block documents")
+    parser.add_argument("--folder", help="keep the corpora and cache here (reused when present)")
     args = parser.parse_args()
+    if args.folder:
+        os.makedirs(args.folder, exist_ok=True)
+        print(json.dumps(_time(args, args.folder)))
+        return
     with tempfile.TemporaryDirectory() as folder:
         print(json.dumps(_time(args, folder)))
 

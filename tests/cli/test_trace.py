@@ -190,6 +190,35 @@ def test_document_scan_equals_a_scan_of_every_step(tmp_path, capsys):
     assert "--document nowhere:7: no source 'nowhere'" in capsys.readouterr().err
 
 
+@pytest.mark.processes
+@pytest.mark.timeout(300)
+def test_document_and_manifest_do_not_import_torch(tmp_path):
+    """The order comes from the loader's samplers without the loader (numpy only)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config = _config(tmp_path, dataloader_type="elastic")
+    dataset, _, _, _ = _run(config)
+    small = str(parts(dataset)[1].dataset_path)
+    code = (
+        "import sys; from tokenloom.cli.main import main; "
+        f"a = main(['trace', '--config', {config!r}, '--document', {small + ':7'!r}]); "
+        f"b = main(['trace', '--config', {config!r}, '--manifest', {str(tmp_path / 'm')!r}]); "
+        "print(a, b, 'torch' in sys.modules)"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "0 0 False"
+
+
 def test_step_json_and_text(tmp_path, capsys):
     config = _config(tmp_path, dataloader_type="cyclic")
     dataset, layout, _, _ = _run(config)

@@ -37,25 +37,17 @@ _CHUNK = 4096
 
 def _flat_ranges(dataset: Any, samples: numpy.ndarray) -> tuple[Any, Any, Any]:
     """``(dataset ids, offsets, rows)`` of ``samples`` as one CSR in their order."""
-    from tokenloom.cli._trace_ranges import locate, parts, sample_csr
+    from tokenloom.cli._trace_ranges import locate, parts, range_source
+    from tokenloom.index.ranges import blend_sample_ranges
 
     ids, inner = locate(dataset, samples)
     sources = parts(dataset)
-    counts = numpy.zeros(ids.shape[0], dtype=numpy.int64)
-    pieces: dict[int, tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]] = {}
-    for dataset_id in numpy.unique(ids):
+    rows = numpy.empty(inner.shape[0], dtype=numpy.int64)
+    for dataset_id, part in enumerate(sources):
         where = numpy.flatnonzero(ids == dataset_id)
-        offsets, rows = sample_csr(sources[int(dataset_id)], inner[where])
-        counts[where] = numpy.diff(offsets)
-        pieces[int(dataset_id)] = (where, offsets, rows)
-    offsets = numpy.zeros(ids.shape[0] + 1, dtype=numpy.int64)
-    numpy.cumsum(counts, out=offsets[1:])
-    rows = numpy.empty((int(offsets[-1]), 3), dtype=numpy.int64)
-    for where, own, own_rows in pieces.values():
-        owner = numpy.repeat(where, numpy.diff(own))
-        rank = numpy.arange(own_rows.shape[0]) - numpy.repeat(own[:-1], numpy.diff(own))
-        rows[offsets[owner] + rank] = own_rows
-    return ids, offsets, rows
+        rows[where] = numpy.asarray(part.shuffle_index)[inner[where]]
+    offsets, ranges = blend_sample_ranges([range_source(part) for part in sources], ids, rows)
+    return ids, offsets, ranges
 
 
 def step_digests(

@@ -1,10 +1,11 @@
 """Which global samples each global batch of a run holds, from the loader's own samplers.
 
-Nothing here re-derives the order: every rank's sampler is the ``batch_sampler`` of a
-real :func:`~tokenloom.training.build_pretraining_data_loader` loader (no workers, no
-batch read) built at the consumed count the run's loader would build it at, and its
-micro-batches are taken as the loader takes them (a new pass where the loader starts
-one). A global batch is ``global_batch_size // (micro_batch_size * data_parallel_size)``
+Nothing here re-derives the order: every rank's sampler is the ``batch_sampler`` that
+:func:`~tokenloom.training.build_pretraining_data_loader` builds
+(:func:`~tokenloom.training.build_batch_sampler`: the loader's own choice and checks,
+without the loader, so without torch) at the consumed count the run's loader would
+build it at, and its micro-batches are taken as the loader takes them (a new pass where
+the loader starts one). A global batch is ``global_batch_size // (micro_batch_size * data_parallel_size)``
 micro-steps, each holding rank 0's micro-batch, then rank 1's, ...; its samples are
 listed in that order (for the elastic loader it is the order of its global stream, so
 it does not depend on the data-parallel size).
@@ -148,8 +149,25 @@ def load_state(
     return dict(loader.state_dict()), loader.fetcher.dataset
 
 
-def _sampler(dataset: Any, layout: Layout, consumed: int, rank: int) -> Any:
-    return _loader(dataset, layout, consumed, rank).batch_sampler
+def _sampler(dataset: Any, layout: Layout, consumed: int, rank: int, memo: Any) -> Any:
+    """``build_pretraining_data_loader(...).batch_sampler`` of ``rank`` (built the same
+    way, without the loader and torch; ``memo``: one permutation draw per pass)."""
+    from tokenloom.training import build_batch_sampler
+
+    return build_batch_sampler(
+        dataset,
+        consumed,
+        dataloader_type=layout.dataloader_type,
+        micro_batch_size=layout.micro_batch_size,
+        global_batch_size=layout.global_batch_size,
+        data_parallel_rank=rank,
+        data_parallel_size=layout.data_parallel_size,
+        data_sharding=layout.data_sharding,
+        drop_last=layout.drop_last,
+        seed=layout.seed,
+        hybrid_context_parallel=layout.hybrid_context_parallel,
+        permutations=memo,
+    )
 
 
 def _loader(dataset: Any, layout: Layout, consumed: int, rank: int, quarantine: Any = None) -> Any:
@@ -183,7 +201,7 @@ _CHUNK = 16384  # sampler batches turned into one array at a time
 
 
 def _rank_blocks(
-    dataset: Any, layout: Layout, rank: int, start: int, skip: int
+    dataset: Any, layout: Layout, rank: int, start: int, skip: int, memo: Any
 ) -> Iterator[numpy.ndarray]:
     """Rank ``rank``'s micro-batches (``[n, micro_batch_size]`` int64 blocks, in order)
     from a loader whose pass starts at ``start``, after ``skip`` of its sampler's
@@ -194,7 +212,7 @@ def _rank_blocks(
     while True:
         if single and start >= len(dataset):
             return
-        sampler = _sampler(dataset, layout, start, rank)
+        sampler = _sampler(dataset, layout, start, rank, memo)
         if has_attribute(sampler, "epoch_indices"):  # the random samplers: one array a pass
             rows = numpy.asarray(sampler.epoch_indices(), dtype=numpy.int64)
             rows = rows[: rows.shape[0] // mbs * mbs].reshape(-1, mbs)  # what __iter__ yields
@@ -276,10 +294,17 @@ def global_blocks(
     run's loaders serve them, as ``[k, global_batch_size]`` int64 blocks (``k`` doubling
     from 1 up to about 2**20 samples a block); ends with the data (``single``) or never
     (``cyclic``, ``elastic``). A last partial batch is left out."""
+    from tokenloom.training import PermutationMemo
+
     check_layout(layout)
     start, skip = _start(layout, first_step, resume)
+    if layout.dataloader_type == "elastic":  # its stream does not depend on the DP layout:
+        gbs = layout.global_batch_size  # one rank whose micro-batch is the global batch
+        layout = replace(layout, data_parallel_size=1, micro_batch_size=gbs)
     mbs, dp, micro = layout.micro_batch_size, layout.data_parallel_size, layout.micro_steps
-    streams = [_Buffer(_rank_blocks(dataset, layout, r, start, skip), mbs) for r in range(dp)]
+
+    memo = PermutationMemo()  # the ranks of a pass draw its permutation once, in turn
+    streams = [_Buffer(_rank_blocks(dataset, layout, r, start, skip, memo), mbs) for r in range(dp)]
     want, cap = 1, max(1, 2**20 // layout.global_batch_size)
     while True:
         taken = [stream.take(want * micro) for stream in streams]

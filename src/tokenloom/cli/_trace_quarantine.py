@@ -87,9 +87,10 @@ def blocked_rows(quarantine: Quarantine, sources: list[str], ids: Any, offsets: 
     if quarantine.blocker is None or not flags.shape[0]:
         return flags
     owner = numpy.repeat(numpy.asarray(ids), numpy.diff(offsets))
-    for dataset_id in numpy.unique(owner):
-        where = owner == dataset_id
-        flags[where] = quarantine.blocked(sources[int(dataset_id)], rows[where, 0])
+    for dataset_id, source in enumerate(sources):
+        where = numpy.flatnonzero(owner == dataset_id)
+        if where.shape[0]:
+            flags[where] = quarantine.blocked(source, rows[where, 0])
     return flags
 
 

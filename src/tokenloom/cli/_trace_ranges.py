@@ -33,16 +33,27 @@ def locate(dataset: Any, samples: numpy.ndarray) -> tuple[numpy.ndarray, numpy.n
     samples = numpy.asarray(samples, dtype=numpy.int64)
     if not has_attribute(dataset, "dataset_index"):
         return numpy.zeros_like(samples), samples
-    ids = numpy.asarray(dataset.dataset_index, dtype=numpy.int64)[samples]
-    inner = numpy.asarray(dataset.dataset_sample_index, dtype=numpy.int64)[samples]
+    ids = numpy.asarray(dataset.dataset_index)[samples].astype(numpy.int64)  # gather, then widen
+    inner = numpy.asarray(dataset.dataset_sample_index)[samples].astype(numpy.int64)
     return ids, inner
+
+
+def range_source(part: Any) -> tuple[Any, Any, Any, int]:
+    """``(document_index, sample_index, lengths, extra)`` of GPT ``part``, as
+    :func:`tokenloom.index.ranges.blend_sample_ranges` takes a source."""
+    return (
+        part.document_index,
+        part.sample_index,
+        part.dataset.sequence_lengths,
+        int(part.config.add_extra_token_to_sequence),
+    )
 
 
 def sample_csr(part: Any, inner: numpy.ndarray) -> tuple[numpy.ndarray, numpy.ndarray]:
     """CSR ``(offsets, rows)`` of the document ranges of samples ``inner`` of GPT ``part``."""
     from tokenloom.index.ranges import sample_ranges
 
-    rows = numpy.asarray(part.shuffle_index, dtype=numpy.int64)[inner]
+    rows = numpy.asarray(part.shuffle_index)[inner].astype(numpy.int64)
     return sample_ranges(
         part.document_index,
         part.sample_index,
@@ -146,8 +157,13 @@ def _inverse_blend(
 ) -> tuple[numpy.ndarray, numpy.ndarray]:
     """``(global samples, k)``: every global sample that draws sample ``inner[k]`` of
     source ``dataset_id`` (a source drawn past its length gives a sample more than once)."""
-    mine = numpy.flatnonzero(numpy.asarray(dataset.dataset_index) == dataset_id)
-    drawn = numpy.asarray(dataset.dataset_sample_index, dtype=numpy.int64)[mine]
+    drawn_all = numpy.asarray(dataset.dataset_sample_index)
+    candidates = numpy.isin(drawn_all, inner, kind="table") if inner.shape[0] else None
+    if candidates is None:
+        return numpy.zeros(0, dtype=numpy.int64), numpy.zeros(0, dtype=numpy.int64)
+    candidates &= numpy.asarray(dataset.dataset_index) == dataset_id  # one pass each, no sort
+    mine = numpy.flatnonzero(candidates)
+    drawn = drawn_all[mine].astype(numpy.int64)
     order = numpy.argsort(drawn, kind="stable")
     owner, at = match(drawn[order], inner)
     return mine[order[at]], owner
@@ -163,4 +179,13 @@ def match(keys: numpy.ndarray, queries: numpy.ndarray) -> tuple[numpy.ndarray, n
     return owner, at
 
 
-__all__ = ["Hits", "document_hits", "locate", "match", "parts", "sample_csr", "sample_records"]
+__all__ = [
+    "Hits",
+    "document_hits",
+    "locate",
+    "match",
+    "parts",
+    "range_source",
+    "sample_csr",
+    "sample_records",
+]

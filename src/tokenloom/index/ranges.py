@@ -12,7 +12,8 @@ Two layouts:
 
 * :func:`sample_ranges` -- CSR: ``offsets`` (``n + 1``) and ``ranges`` (``[m, 3]``), the
   rows of sample ``i`` being ``ranges[offsets[i]:offsets[i + 1]]``. Vectorised numpy, for
-  any number of samples at once (``tokenloom trace`` asks for millions).
+  any number of samples at once; from 4,096 samples on (``tokenloom trace`` asks for
+  millions) the numba kernels of :mod:`tokenloom.kernels.ranges` when numba runs.
 * :func:`padded_ranges` -- ``[n, width, 3]`` padded with ``-1`` plus a count per sample,
   the layout a batch carries (``document_ranges`` / ``document_range_counts``).
 
@@ -43,11 +44,22 @@ from typing import Any, Optional
 import numpy
 
 from tokenloom.errors import ConfigError
+from tokenloom.kernels import KERNELS, read_only
 
-__all__ = ["RANGE_FIELDS", "padded_ranges", "reference_sample_ranges", "sample_ranges"]
+__all__ = [
+    "RANGE_FIELDS",
+    "blend_sample_ranges",
+    "padded_ranges",
+    "reference_sample_ranges",
+    "sample_ranges",
+]
 
 RANGE_FIELDS = ("document_id", "token_start", "token_end")
 """The three columns of a range row (token offsets relative to the document)."""
+
+_KERNEL_FROM = 4096
+"""Samples from which :func:`sample_ranges` runs the numba kernels (fewer: numpy's
+vectorised path, which needs no compiled kernel loaded)."""
 
 
 def _rows(rows: Any, count: int) -> numpy.ndarray:
@@ -83,6 +95,9 @@ def sample_ranges(
         ``offsets`` int64 ``[n + 1]`` and ``ranges`` int64 ``[m, 3]``.
     """
     rows = _rows(rows, int(sample_index.shape[0]) - 1)
+    fast = KERNELS.get("ranges") if rows.shape[0] >= _KERNEL_FROM else None
+    if fast is not None:
+        return _fast_ranges(fast, document_index, sample_index, lengths, rows, extra)
     real = rows >= 0
     safe = numpy.where(real, rows, 0)
     first, start = (
@@ -107,6 +122,83 @@ def sample_ranges(
         ranges, owner = ranges[keep], owner[keep]
     offsets = numpy.zeros(rows.shape[0] + 1, dtype=numpy.int64)
     numpy.cumsum(numpy.bincount(owner, minlength=rows.shape[0]), out=offsets[1:])
+    return offsets, ranges
+
+
+def _fast_ranges(
+    fast: Any,
+    document_index: numpy.ndarray,
+    sample_index: numpy.ndarray,
+    lengths: numpy.ndarray,
+    rows: numpy.ndarray,
+    extra: int,
+) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """:func:`sample_ranges` by the numba kernels (count, then fill)."""
+    arrays = _kernel_arrays(document_index, sample_index, lengths)
+    counts = numpy.empty(rows.shape[0], dtype=numpy.int64)
+    fast.count_parts(*arrays, read_only(rows), int(extra), counts)
+    offsets = numpy.zeros(rows.shape[0] + 1, dtype=numpy.int64)
+    numpy.cumsum(counts, out=offsets[1:])
+    ranges = numpy.empty((int(offsets[-1]), 3), dtype=numpy.int64)
+    fast.fill_parts(*arrays, read_only(rows), int(extra), offsets, ranges)
+    return offsets, ranges
+
+
+def _kernel_arrays(*arrays: Any) -> list[numpy.ndarray]:
+    return [read_only(numpy.asarray(a)) for a in arrays]
+
+
+def blend_sample_ranges(
+    sources: list[tuple[Any, Any, Any, int]], ids: Any, rows: Any
+) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """CSR ``(offsets, ranges)`` of samples drawn from several datasets, in their order:
+    sample ``i`` is sample-index row ``rows[i]`` of ``sources[ids[i]]``, a
+    ``(document_index, sample_index, lengths, extra)`` tuple. Equal to concatenating
+    :func:`sample_ranges` of each sample; the kernels write each source's rows straight
+    into their places (no reordering pass)."""
+    ids = numpy.asarray(ids, dtype=numpy.int64)
+    rows = numpy.asarray(rows, dtype=numpy.int64)
+    fast = KERNELS.get("ranges") if rows.shape[0] >= _KERNEL_FROM else None
+    if fast is None:
+        return _blend_by_numpy(sources, ids, rows)
+    picked = [numpy.flatnonzero(ids == k) for k in range(len(sources))]
+    counts = numpy.zeros(rows.shape[0], dtype=numpy.int64)
+    calls = []
+    for (document_index, sample_index, lengths, extra), where in zip(sources, picked):
+        own = read_only(_rows(rows[where], int(sample_index.shape[0]) - 1))
+        arrays = _kernel_arrays(document_index, sample_index, lengths)
+        own_counts = numpy.empty(own.shape[0], dtype=numpy.int64)
+        fast.count_parts(*arrays, own, int(extra), own_counts)
+        counts[where] = own_counts
+        calls.append((arrays, own, int(extra), where))
+    offsets = numpy.zeros(rows.shape[0] + 1, dtype=numpy.int64)
+    numpy.cumsum(counts, out=offsets[1:])
+    ranges = numpy.empty((int(offsets[-1]), 3), dtype=numpy.int64)
+    for arrays, own, extra, where in calls:
+        fast.fill_parts(*arrays, own, extra, offsets[where], ranges)
+    return offsets, ranges
+
+
+def _blend_by_numpy(
+    sources: list[tuple[Any, Any, Any, int]], ids: numpy.ndarray, rows: numpy.ndarray
+) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """:func:`blend_sample_ranges` by :func:`sample_ranges` per source, then reordered."""
+    counts = numpy.zeros(rows.shape[0], dtype=numpy.int64)
+    pieces = []
+    for k, (document_index, sample_index, lengths, extra) in enumerate(sources):
+        where = numpy.flatnonzero(ids == k)
+        own_offsets, own_ranges = sample_ranges(
+            document_index, sample_index, lengths, rows[where], extra
+        )
+        counts[where] = numpy.diff(own_offsets)
+        pieces.append((where, own_offsets, own_ranges))
+    offsets = numpy.zeros(rows.shape[0] + 1, dtype=numpy.int64)
+    numpy.cumsum(counts, out=offsets[1:])
+    ranges = numpy.empty((int(offsets[-1]), 3), dtype=numpy.int64)
+    for where, own_offsets, own_ranges in pieces:
+        sizes = numpy.diff(own_offsets)
+        rank = numpy.arange(own_ranges.shape[0]) - numpy.repeat(own_offsets[:-1], sizes)
+        ranges[offsets[numpy.repeat(where, sizes)] + rank] = own_ranges
     return offsets, ranges
 
 

@@ -1,7 +1,7 @@
 """Every numba kernel of tokenloom, behind one loader: :data:`KERNELS`.
 
 The kernel modules of this package (``sample_index``, ``blend_scan``, ``blend_fast``,
-``shuffle``, ``batch``, ``permutation``, ``bijection``) import numba at their top and
+``shuffle``, ``batch``, ``permutation``, ``bijection``, ``ranges``) import numba at their top and
 are never imported directly: callers ask ``KERNELS.get(name)``, which returns the
 module, or ``None`` when the readable reference path must run instead. That happens when
 
@@ -77,6 +77,7 @@ KERNEL_MODULES = (
     "batch",
     "permutation",
     "bijection",
+    "ranges",
 )
 """The numba kernel modules of this package, as ``KERNELS.get`` names them."""
 

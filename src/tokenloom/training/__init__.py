@@ -1,7 +1,7 @@
 """The training side: Megatron's samplers and data loader, exact and elastic resume.
 
 ``from tokenloom.training import build_pretraining_data_loader`` (needs torch for the
-loader; the samplers and :func:`randperm` need only numpy).
+loader; the samplers, :func:`build_batch_sampler` and :func:`randperm` need only numpy).
 """
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ import importlib
 from typing import Any
 
 from tokenloom.training.permutation import SMALL_N_LIMIT, randperm, reference_randperm
+from tokenloom.training.sampler_choice import build_batch_sampler
 from tokenloom.training.samplers import (
     ElasticPretrainingSampler,
     HybridCPMegatronPretrainingSampler,
     MegatronFullValidationSampler,
     MegatronPretrainingRandomSampler,
     MegatronPretrainingSampler,
+    PermutationMemo,
     RandomSeedDataset,
 )
 
@@ -34,7 +36,9 @@ __all__ = [
     "MegatronFullValidationSampler",
     "MegatronPretrainingRandomSampler",
     "MegatronPretrainingSampler",
+    "PermutationMemo",
     "RandomSeedDataset",
+    "build_batch_sampler",
     "randperm",
     "reference_randperm",
     *_LAZY,

@@ -29,17 +29,12 @@ from tokenloom.training.quarantine import (
     DocumentBlocker,
     Requests,
     check_blocked,
-    normalize_skip_batches,
     resume_skip_batches,
     skip_end,
     skip_unit,
 )
-from tokenloom.training.samplers import (
-    ElasticPretrainingSampler,
-    HybridCPMegatronPretrainingSampler,
-    MegatronPretrainingRandomSampler,
-    MegatronPretrainingSampler,
-)
+from tokenloom.training.sampler_choice import loader_options, make_sampler
+from tokenloom.training.samplers import HybridCPMegatronPretrainingSampler
 from tokenloom.training.state import STATE_FORMAT, check_state, dataset_fingerprint, same_dataset
 from tokenloom.training.state_schema import OLD_STATE_FORMAT
 
@@ -108,42 +103,7 @@ class PretrainingDataLoader:
 
     # -- samplers --------------------------------------------------------------------
     def _make_sampler(self, consumed: int) -> Any:
-        o, total = self.options, len(self.dataset)
-        ranks = {
-            "data_parallel_rank": o["data_parallel_rank"],
-            "data_parallel_size": o["data_parallel_size"],
-        }
-        kind = o["dataloader_type"]
-        if kind == "single" and o["hybrid_context_parallel"]:
-            return HybridCPMegatronPretrainingSampler(
-                total,
-                consumed,
-                o["micro_batch_size"],
-                o["global_batch_size"],
-                **ranks,
-                drop_last=o["drop_last"],
-            )
-        if kind == "single":
-            return MegatronPretrainingSampler(
-                total, consumed, o["micro_batch_size"], **ranks, drop_last=o["drop_last"]
-            )
-        if kind == "cyclic":
-            return MegatronPretrainingRandomSampler(
-                self.dataset,
-                total,
-                consumed,
-                o["micro_batch_size"],
-                **ranks,
-                data_sharding=o["data_sharding"],
-            )
-        if o["global_batch_size"] is None:
-            raise ConfigError(
-                "dataloader_type='elastic' needs global_batch_size (the unit "
-                "whose contents stay fixed when data_parallel_size changes)"
-            )
-        return ElasticPretrainingSampler(
-            total, consumed, o["micro_batch_size"], o["global_batch_size"], **ranks, seed=o["seed"]
-        )
+        return make_sampler(self.dataset, self.options, consumed)
 
     def _step(self) -> int:
         sampler = self.batch_sampler
@@ -361,18 +321,18 @@ def build_pretraining_data_loader(
     check_dataloader_type(dataloader_type)
     if dataloader_type == "external":
         return dataset
-    options: dict[str, Any] = {
-        "dataloader_type": dataloader_type,
-        "micro_batch_size": micro_batch_size,
-        "global_batch_size": global_batch_size,
-        "data_parallel_rank": data_parallel_rank,
-        "data_parallel_size": data_parallel_size,
-        "data_sharding": data_sharding,
-        "drop_last": drop_last,
-        "seed": seed,
-        "hybrid_context_parallel": hybrid_context_parallel,
-        "skip_batches": normalize_skip_batches(skip_batches),
-    }
+    options = loader_options(
+        dataloader_type,
+        micro_batch_size,
+        global_batch_size,
+        data_parallel_rank,
+        data_parallel_size,
+        data_sharding,
+        drop_last,
+        seed,
+        hybrid_context_parallel,
+        skip_batches,
+    )
     consumed_samples = resolve_options(dataset, options, consumed_samples, full_validation)
     kwargs = loader_kwargs(
         num_workers,

@@ -26,8 +26,6 @@ import threading
 from collections.abc import Callable
 from typing import Any, Optional
 
-import torch
-
 from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 from tokenloom.training.checks import (
@@ -128,6 +126,8 @@ def loader_kwargs(
     worker_init_fn: Optional[Callable[[int], None]],
 ) -> dict[str, Any]:
     """The torch DataLoader's keyword arguments, each checked."""
+    import torch  # here: the samplers' checks above (resolve_options) need no torch
+
     workers = integer("num_workers", num_workers, 0, MAX_WORKERS)
     if not (isinstance(multiprocessing_context, str) or multiprocessing_context is None) or (
         multiprocessing_context not in _CONTEXTS

@@ -42,6 +42,7 @@ __all__ = [
     "MegatronFullValidationSampler",
     "MegatronPretrainingRandomSampler",
     "MegatronPretrainingSampler",
+    "PermutationMemo",
     "RandomSeedDataset",
 ]
 
@@ -201,8 +202,10 @@ class RandomSeedDataset:
         return getattr(self.dataset, name)  # config, unique_description_hash, ...
 
 
-class _PermutationMemo:
-    """The last epoch's permutation (one entry: the sampler draws one epoch at a time)."""
+class PermutationMemo:
+    """The last epoch's permutation (one entry: a sampler draws one epoch at a time, and
+    the samplers of all ranks of one pass draw the same one, so they may share a memo:
+    :func:`tokenloom.training.sampler_choice.make_sampler`). Read-only arrays."""
 
     def __init__(self) -> None:
         self.key: Optional[tuple[int, int]] = None
@@ -212,6 +215,7 @@ class _PermutationMemo:
         value = self.value
         if value is None or self.key != (size, seed):
             value = randperm(size, seed)
+            value.flags.writeable = False  # shared by the samplers that hold this memo
             self.value, self.key = value, (size, seed)
         return value
 
@@ -265,7 +269,7 @@ class MegatronPretrainingRandomSampler:
             self.consumed_samples, self._active(), self.micro_batch_times_data_parallel_size
         )
         self.epoch = self.consumed_samples // self._active()
-        self._memo = _PermutationMemo()
+        self.permutations = PermutationMemo()
 
     def _active(self) -> int:
         return self.total_samples - self.last_batch_size
@@ -275,7 +279,7 @@ class MegatronPretrainingRandomSampler:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_memo"] = _PermutationMemo()  # the permutation is recomputed, not pickled
+        state["permutations"] = PermutationMemo()  # the permutation is recomputed, not pickled
         return state
 
     def epoch_indices(self) -> numpy.ndarray:
@@ -286,11 +290,11 @@ class MegatronPretrainingRandomSampler:
             self.dataset.set_epoch(self.epoch)
         if self.data_sharding:
             bucket_size = (self.total_samples // step) * self.micro_batch_size
-            permutation = self._memo.get(bucket_size, self.epoch)
+            permutation = self.permutations.get(bucket_size, self.epoch)
             start = self.data_parallel_rank * bucket_size
             return permutation[offset // self.data_parallel_size :] + start
         full_bucket_size = (self.total_samples // self.micro_batch_size) * self.micro_batch_size
-        permutation = self._memo.get(full_bucket_size, self.epoch)
+        permutation = self.permutations.get(full_bucket_size, self.epoch)
         return permutation[offset:][self.data_parallel_rank :: self.data_parallel_size]
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -366,14 +370,14 @@ class ElasticPretrainingSampler:
             self.consumed_samples, self.epoch_samples, self.micro_batch_times_data_parallel_size
         )
         self.epoch = self.consumed_samples // self.epoch_samples
-        self._memo = _PermutationMemo()
+        self.permutations = PermutationMemo()
 
     def __len__(self) -> int:
         return self.total_samples
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_memo"] = _PermutationMemo()
+        state["permutations"] = PermutationMemo()
         return state
 
     def epoch_indices(self) -> numpy.ndarray:
@@ -381,7 +385,7 @@ class ElasticPretrainingSampler:
         the other (what ``__iter__`` yields; sets ``self.epoch``)."""
         step = self.micro_batch_times_data_parallel_size
         self.epoch, offset = _check_epoch_offset(self.consumed_samples, self.epoch_samples, step)
-        permutation = self._memo.get(self.total_samples, self.seed + self.epoch)
+        permutation = self.permutations.get(self.total_samples, self.seed + self.epoch)
         first = self.data_parallel_rank * self.micro_batch_size
         rows = numpy.asarray(permutation[offset : self.epoch_samples]).reshape(-1, step)
         return rows[:, first : first + self.micro_batch_size].reshape(-1)
