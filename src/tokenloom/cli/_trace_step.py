@@ -25,7 +25,7 @@ def step_records(
     if batch is None:
         raise ConfigError(
             f"--step {step}: the run's loader ({layout.dataloader_type}) ends before it; "
-            f"the train split has {len(dataset)} samples, "
+            f"the traced split has {len(dataset)} samples, "
             f"{len(dataset) // layout.global_batch_size} steps of {layout.global_batch_size}"
         )
     records = sample_records(dataset, batch)

@@ -8,6 +8,8 @@ from typing import Any, Optional
 
 from tokenloom.errors import ConfigError
 
+SPLITS = ("train", "valid", "test")
+
 _DESCRIPTION = """\
 Trace a training run's data order offline, from its config (the file `tokenloom
 preview --config` and `prepare-cache --config` read, Megatron's keys included) and,
@@ -72,6 +74,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     mode.add_argument("--manifest", metavar="OUT", help="write the data-order manifest")
     mode.add_argument("--diff", nargs=2, metavar=("M1", "M2"), help="compare two manifests")
     parser.add_argument("--steps", metavar="A:B", help="--manifest: steps A to B-1 (default all)")
+    parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="train",
+        help="the split whose loader is traced (default train; valid and test: a loader "
+        "over that split from sample 0, full_validation as the config says)",
+    )
     parser.add_argument("--state", metavar="FILE", help="the loader state the run resumed from")
     parser.add_argument(
         "--allow-mixture-change",
@@ -157,8 +166,9 @@ def _layout(args: argparse.Namespace, loader: dict[str, Any], settings: Any, pla
 
 
 def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
-    """``(train dataset, layout, resume point or None, quarantine)`` of the config (and
-    of ``args.state``, the loader state the run resumed from)."""
+    """``(dataset, layout, resume point or None, quarantine)`` of the config's split
+    ``args.split`` (default train; and of ``args.state``, the loader state the run
+    resumed from)."""
     from tokenloom.builder import BlendedMegatronDatasetBuilder
     from tokenloom.cli._trace_order import check_layout, layout_from_state, load_state
     from tokenloom.cli._trace_quarantine import quarantine_of, resumed
@@ -172,6 +182,7 @@ def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
 
     if not args.config:
         raise ConfigError("give --config FILE: the training config of the run to trace")
+    split = _split_of(args, args.state)
     settings = load_settings_file(args.config)
     loader = {key: settings.pop(key) for key in LOADER_SETTINGS if key in settings}
     plan = compute_plan(settings)
@@ -183,9 +194,13 @@ def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     built = BlendedMegatronDatasetBuilder(
         GPTDataset, plan.sizes, lambda: True, make_config(settings)
     ).build()
-    if built[0] is None or len(built[0]) == 0:
-        raise ConfigError(f"--config {args.config}: the train split is empty; nothing to trace")
-    dataset, quarantine = built[0], quarantine_of(built[0], loader)
+    dataset = built[SPLITS.index(split)]
+    if dataset is None or len(dataset) == 0:
+        raise ConfigError(f"--config {args.config}: the {split} split is empty; nothing to trace")
+    if split != "train":  # skip_batches name training steps; the block list holds
+        loader = {key: value for key, value in loader.items() if key != "skip_batches"}
+        layout = _resolved(dataset, layout, settings.get("full_validation"))
+    quarantine = quarantine_of(dataset, loader)
     if state is not None:
         allow = {
             "allow_data_change": args.allow_data_change,
@@ -196,8 +211,46 @@ def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     return dataset, layout, resume, quarantine
 
 
+def _split_of(args: argparse.Namespace, state: Any) -> str:
+    split = getattr(args, "split", None) or "train"
+    if split != "train" and state is not None:
+        raise ConfigError(
+            f"--split {split} --state: a saved loader state is the train loader's; "
+            "trace the valid and test splits without --state (their loaders start at 0)"
+        )
+    return str(split)
+
+
+def _resolved(dataset: Any, layout: Any, full_validation: Any) -> Any:
+    """``layout`` as the loader resolves it over ``dataset``: with ``full_validation``
+    on the valid split, one ``single`` pass (the loader's own rule, resolve_options)."""
+    from dataclasses import replace
+
+    from tokenloom.training.options import resolve_options
+    from tokenloom.training.sampler_choice import loader_options
+
+    options = loader_options(
+        layout.dataloader_type,
+        layout.micro_batch_size,
+        layout.global_batch_size,
+        0,
+        layout.data_parallel_size,
+        layout.data_sharding,
+        layout.drop_last,
+        layout.seed,
+        layout.hybrid_context_parallel,
+        None,
+    )
+    resolve_options(dataset, options, 0, bool(full_validation))
+    return replace(
+        layout,
+        dataloader_type=options["dataloader_type"],
+        hybrid_context_parallel=options["hybrid_context_parallel"],
+    )
+
+
 def run_steps(dataset: Any, layout: Any) -> int:
-    """The steps of the run: the train split's samples // global_batch_size."""
+    """The steps of the run: the traced split's samples // global_batch_size."""
     return len(dataset) // layout.global_batch_size
 
 
