@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tokenloom.errors import FormatError
 from tokenloom.format import IndexedDatasetBuilder
 from tokenloom.format._spool import DEFAULT_BUFFER_ITEMS, SpooledArray
+from tokenloom.format.merge_source import _COPY_CHUNK, copy_bin
 from tokenloom.format.spec import write_index, write_index_blocks
 
 _SPILLING = DEFAULT_BUFFER_ITEMS * 2 + 12_345  # documents: three blocks of the spool
@@ -134,3 +135,22 @@ def test_a_merge_names_a_drop_in_the_document_index_across_blocks(tmp_path):
     with pytest.raises(FormatError, match=f"not monotone: entry {at} is 5 after {at - 1}"):
         merged.add_index(str(tmp_path / "bad"))
     merged.abort()
+
+
+def test_copy_bin_goes_through_one_fixed_buffer(tmp_path):
+    data = numpy.random.default_rng(3).integers(0, 256, 2 * _COPY_CHUNK + 12345, numpy.uint8)
+    path = tmp_path / "part.bin"
+    path.write_bytes(data.tobytes())
+    nbytes = data.shape[0] - 7  # a prefix: the size the index describes
+    copied, sizes, buffers = bytearray(), [], set()
+
+    def write(chunk):
+        copied.extend(chunk)
+        buffers.add(id(chunk.obj))  # the same buffer every time, not one sized by the file
+
+    copy_bin(str(path), nbytes, write, sizes.append)
+    assert bytes(copied) == data.tobytes()[:nbytes]
+    assert sizes == [_COPY_CHUNK, _COPY_CHUNK, nbytes - 2 * _COPY_CHUNK]
+    assert len(buffers) == 1
+    with pytest.raises(FormatError, match="data file shrank while it was being merged"):
+        copy_bin(str(path), data.shape[0] + 1, lambda chunk: None, None)

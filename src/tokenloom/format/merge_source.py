@@ -4,7 +4,7 @@ merge``): the checks that it can be appended byte for byte, and the copy of its 
 * :class:`MergeSource`: its ``.idx``, read in bounded blocks, and the checks that it has
   the builder's dtype and modality, sequences back to back, a valid document index and
   a ``.bin`` of exactly the size its ``.idx`` describes;
-* :func:`copy_bin`: the ``.bin``'s bytes in bounded chunks, reporting progress.
+* :func:`copy_bin`: the ``.bin``'s bytes through one fixed buffer, reporting progress.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tokenloom.format.spec import (
 
 __all__ = ["MergeSource", "copy_bin"]
 
-_COPY_CHUNK = 16 << 20
+_COPY_CHUNK = 1 << 20  # one buffer, reused: the merge's memory does not grow with the parts
 _BLOCK_ITEMS = 1 << 16
 
 
@@ -153,18 +153,24 @@ class MergeSource:
 def copy_bin(
     bin_path: str,
     nbytes: int,
-    write: Callable[[bytes], None],
+    write: Callable[[memoryview], None],
     progress: Optional[Callable[[int], None]],
 ) -> None:
     """Hand the first ``nbytes`` of ``bin_path`` to ``write`` chunk by chunk (and each
-    chunk's size to ``progress``); FormatError when the file shrank meanwhile."""
-    with open(bin_path, "rb") as source:
+    chunk's size to ``progress``); FormatError when the file shrank meanwhile.
+
+    The chunks are views of one buffer of ``_COPY_CHUNK`` bytes, whatever the file's
+    size (``write`` must not keep them).  Reading ``min(16 MiB, what is left)`` at a
+    time, as before, allocated a chunk as large as the part up to 16 MiB (which the heap
+    then kept once glibc's mmap threshold had risen): a merge's peak grew with the data."""
+    view = memoryview(bytearray(_COPY_CHUNK))
+    with open(bin_path, "rb", buffering=0) as source:
         left = nbytes
         while left:
-            chunk = source.read(min(_COPY_CHUNK, left))
-            if not chunk:
+            got = source.readinto(view[: min(_COPY_CHUNK, left)])
+            if not got:
                 raise FormatError(f"{bin_path}: data file shrank while it was being merged")
-            write(chunk)
-            left -= len(chunk)
+            write(view[:got])
+            left -= got
             if progress is not None:
-                progress(len(chunk))
+                progress(got)
