@@ -157,13 +157,8 @@ def _inverse_blend(
 ) -> tuple[numpy.ndarray, numpy.ndarray]:
     """``(global samples, k)``: every global sample that draws sample ``inner[k]`` of
     source ``dataset_id`` (a source drawn past its length gives a sample more than once)."""
-    drawn_all = numpy.asarray(dataset.dataset_sample_index)
-    candidates = numpy.isin(drawn_all, inner, kind="table") if inner.shape[0] else None
-    if candidates is None:
-        return numpy.zeros(0, dtype=numpy.int64), numpy.zeros(0, dtype=numpy.int64)
-    candidates &= numpy.asarray(dataset.dataset_index) == dataset_id  # one pass each, no sort
-    mine = numpy.flatnonzero(candidates)
-    drawn = drawn_all[mine].astype(numpy.int64)
+    mine = numpy.flatnonzero(numpy.asarray(dataset.dataset_index) == dataset_id)
+    drawn = numpy.asarray(dataset.dataset_sample_index)[mine].astype(numpy.int64)
     order = numpy.argsort(drawn, kind="stable")
     owner, at = match(drawn[order], inner)
     return mine[order[at]], owner
