@@ -33,7 +33,7 @@ from tokenloom.training.mixture import continue_blend
 OLD_SAMPLES, NEW_SAMPLES, CONSUMED = 2000, 200, 50  # old: c0 in 2 epochs
 
 
-def _config(cls: type, cache: Path, blend: tuple) -> Any:
+def _config(cls: type, cache: Path, blend: tuple, **extra: Any) -> Any:
     return cls(
         random_seed=1234,
         sequence_length=32,
@@ -44,6 +44,7 @@ def _config(cls: type, cache: Path, blend: tuple) -> Any:
         reset_position_ids=False,
         reset_attention_mask=False,
         eod_mask_loss=False,
+        **extra,
     )
 
 
@@ -73,8 +74,8 @@ def _build_new(tmp_path: Path, corpora: list[str]) -> list:
     ).build()
 
 
-def _native(tmp_path: Path, blend: tuple, samples: int) -> Any:
-    config = _config(NativeConfig, tmp_path / "native", blend)
+def _native(tmp_path: Path, blend: tuple, samples: int, **extra: Any) -> Any:
+    config = _config(NativeConfig, tmp_path / "native", blend, **extra)
     return NativeBuilder(NativeGPT, [samples, 0, 0], lambda: True, config).build()[0]
 
 
@@ -114,6 +115,62 @@ def test_the_train_split_continues_each_source(tmp_path, corpora, monkeypatch, c
     assert sum(nxt.values()) - kept == len(train) - CONSUMED  # c1 never drawn
     with pytest.raises(IndexError):
         train[len(train)]
+
+
+def test_a_source_past_its_old_dataset_and_a_new_schedule(tmp_path, corpora, monkeypatch, caplog):
+    """The new run draws c0 past its old dataset (958 samples for an old run of 60): c0
+    goes on into a further round of that dataset in the same order, as the loader's path
+    does; the new config's blend_schedule is followed from the resume, which falls inside
+    its linear ramp. Checked against the brute-force streams of the training tests."""
+    from tests.training._mixture_reference import Streams, ramp_tail
+
+    old_samples, new_samples = 60, 1400
+    old = {"data_path": ["1", corpora[0], "1", corpora[1]], "train_samples": old_samples}
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(_change(tmp_path, corpora, old=old)))
+    schedule = [(0, [1.0, 1.0]), (30, [4.0, 1.0], "linear"), (120, [9.0, 1.0])]
+    blend = ([corpora[0], corpora[2]], [4.0, 1.0])
+    config = _config(GPTDatasetConfig, tmp_path / "cache", blend, blend_schedule=schedule)
+    with caplog.at_level(logging.INFO, logger="tokenloom.training.mixture"):
+        train = BlendedMegatronDatasetBuilder(
+            GPTDataset, [new_samples, 0, 0], lambda: True, config
+        ).build()[0]
+    assert isinstance(train, ContinuedTrainSplit)
+    old_blend = _native(tmp_path, ([corpora[0], corpora[1]], [1.0, 1.0]), old_samples)
+    new_blend = _native(tmp_path, blend, new_samples, blend_schedule=schedule)  # c2's order
+    streams = Streams()
+    streams.datasets = {corpora[0]: old_blend.datasets[0], corpora[2]: new_blend.datasets[1]}
+    streams.next = {corpora[0]: int((old_blend.dataset_index[:CONSUMED] == 0).sum()), corpora[2]: 0}
+    order = ramp_tail(schedule, CONSUMED, len(train) - CONSUMED)
+    for j, which in enumerate(order):
+        want = streams.pop(blend[0][which])
+        assert numpy.array_equal(train[CONSUMED + j]["tokens"].numpy(), want), j
+    assert streams.next[corpora[0]] > len(old_blend.datasets[0])  # a further round
+    assert f"{corpora[0]} runs past its dataset of {len(old_blend.datasets[0])}" in caplog.text
+
+
+def test_moved_pairs_continue_under_their_new_paths(tmp_path, corpora, monkeypatch):
+    """Pairs moved between the runs: the change file's old data_path names them where
+    they are now. A source's order does not depend on its path, so the continued split
+    is the one the unmoved pairs give."""
+    import shutil
+
+    moved = []
+    for i in range(3):
+        (tmp_path / "moved").mkdir(exist_ok=True)
+        target = str(tmp_path / "moved" / f"c{i}")
+        for suffix in (".bin", ".idx"):
+            shutil.copy2(corpora[i] + suffix, target + suffix)
+        moved.append(target)
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(_change(tmp_path, corpora)))
+    train = _build_new(tmp_path, corpora)[0]
+    old = {"data_path": ["1", moved[0], "1", moved[1]], "train_samples": OLD_SAMPLES}
+    (tmp_path / "m").mkdir()
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(_change(tmp_path / "m", moved, old=old)))
+    there = _build_new(tmp_path / "m", moved)[0]
+    assert len(there) == len(train)
+    for idx in range(CONSUMED, len(train)):
+        assert numpy.array_equal(there[idx]["tokens"].numpy(), train[idx]["tokens"].numpy())
+    assert there.position(CONSUMED)[0] in moved
 
 
 def test_without_the_variable_the_train_split_is_the_new_blend(tmp_path, corpora, monkeypatch):

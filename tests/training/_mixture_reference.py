@@ -4,7 +4,8 @@ The reference materialises every source's stream (the tokens of each sample of t
 dataset it is drawn from, in order, round after round), pops the streams along the old
 blend (megatron-core's greedy, written out readably) for the consumed samples, then
 along the new blend for the rest. It shares no code with
-tokenloom.training.mixture_resume / continued_blend.
+tokenloom.training.mixture_resume / continued_blend / mixture (a schedule's greedy is
+tokenloom.index.reference's, the readable twin of the blending kernels).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Optional
 import numpy
 from tests.training._data import build_train
 
+from tokenloom.index import reference as index_reference
 from tokenloom.training import build_pretraining_data_loader
 
 EOD = 2
@@ -62,6 +64,26 @@ def greedy(weights: Sequence[float], size: int) -> list[int]:
     return out
 
 
+def ramp_tail(phases: list, resume: int, size: int) -> list[int]:
+    """The new schedule's blend from global sample ``resume`` on, by docs/mixtures.md:
+    the phase in force holds from 0 (inside a ramp: its weights at ``resume`` for one
+    sample, then a ramp from sample 1 to where the schedule reaches its weights), the
+    later phases shifted; blended by tokenloom.index.reference (the readable greedy)."""
+    norm = [(p[0], [w / sum(p[1]) for w in p[1]], *p[2:]) for p in phases]
+    active = max(i for i, p in enumerate(norm) if p[0] <= resume)
+    tail = [(p[0] - resume, p[1], len(p) == 3) for p in norm[active + 1 :]]
+    if len(norm[active]) == 3:
+        begin, end = norm[active][0], norm[active + 1][0]
+        frac = (resume - begin) / (end - begin)
+        here = [a + (b - a) * frac for a, b in zip(norm[active - 1][1], norm[active][1])]
+        here = [w / sum(here) for w in here]
+        head = [(0, here, False)] + ([(1, norm[active][1], True)] if end - resume > 1 else [])
+    else:
+        head = [(0, norm[active][1], False)]
+    arrays = tuple(numpy.asarray(column) for column in zip(*(head + tail)))
+    return index_reference.build_scheduled_blending_indices(arrays, size)[0].tolist()
+
+
 class Streams:
     """Each source's stream: sample k is ``dataset[k % len(dataset)]``'s tokens."""
 
@@ -76,12 +98,20 @@ class Streams:
 
 
 def reference(
-    old: Any, consumed: int, new: Any, count: int, old_order: Optional[list[int]] = None
+    old: Any,
+    consumed: int,
+    new: Any,
+    count: int,
+    old_order: Optional[list[int]] = None,
+    new_order: Optional[list[int]] = None,
+    moved: Optional[dict[str, str]] = None,
 ) -> tuple[list[numpy.ndarray], Streams]:
     """The ``count`` samples served after ``consumed`` of ``old`` when resumed over ``new``.
 
-    ``old_order``: which source each old sample came from (default: the old weights'
-    greedy; a schedule passes its own)."""
+    ``old_order``/``new_order``: which source each old / new sample comes from (default:
+    the weights' greedy; a schedule passes its own, e.g. :func:`ramp_tail`'s).
+    ``moved``: ``{new prefix: old prefix}`` of pairs moved between the runs (their
+    streams go on under the new name)."""
     streams = Streams()
     old_parts = parts(old)
     names = list(old_parts)
@@ -91,12 +121,15 @@ def reference(
         streams.datasets[name], streams.next[name] = old_parts[name], 0
     for i in old_order[:consumed]:
         streams.pop(names[i])
+    for now, before in (moved or {}).items():
+        streams.datasets[now] = streams.datasets.pop(before)
+        streams.next[now] = streams.next.pop(before)
     new_parts = parts(new)
     for name, dataset in new_parts.items():
         if streams.next.get(name, 0) == 0:  # added (or never drawn): its new order from 0
             streams.datasets[name], streams.next[name] = dataset, 0
     new_names = list(new_parts)
-    order = greedy(list(getattr(new, "weights", [1.0])), count)
+    order = greedy(list(getattr(new, "weights", [1.0])), count) if new_order is None else new_order
     return [streams.pop(new_names[i]) for i in order], streams
 
 

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.training._data import build_train, write_corpus
+from tests.training._mixture_reference import ramp_tail
 
 from tokenloom.errors import ConfigError
 from tokenloom.index import build_blending_indices
@@ -47,14 +48,20 @@ def greedy(weights: list[float], size: int) -> list[int]:
     return out
 
 
-def reference(sources: dict, old: dict, consumed: int, new: dict, size: int) -> tuple:
-    """Pop every source's stream along the old blend, then along the new one."""
-    streams = {name: list(source) for name, source in sources.items()}
+def reference(
+    sources: dict, old: dict, consumed: int, new: dict, size: int, order: Any = None
+) -> tuple:
+    """Pop every source's stream (its dataset, round after round) along the old blend,
+    then along the new one (``order``: the new blend's sources, default its greedy)."""
+    streams = {
+        name: [source[k % len(source)] for k in range(500)] for name, source in sources.items()
+    }
     old_names = list(old)
     for i in greedy([old[n] for n in old_names], consumed):
         streams[old_names[i]].pop(0)
     new_names = list(new)
-    after = [streams[new_names[i]].pop(0) for i in greedy([new[n] for n in new_names], size)]
+    order = greedy([new[n] for n in new_names], size) if order is None else order
+    after = [streams[new_names[i]].pop(0) for i in order]
     return after, streams
 
 
@@ -64,9 +71,18 @@ weights_st = st.dictionaries(
 
 
 @settings(max_examples=60, deadline=None)
-@given(old=weights_st, new=weights_st, consumed=st.integers(0, 40), size=st.integers(0, 40))
-def test_continued_mixture_is_the_reference(old: dict, new: dict, consumed: int, size: int) -> None:
-    sources = {name: Stream(name, 100) for name in "abcd"}
+@given(
+    old=weights_st,
+    new=weights_st,
+    consumed=st.integers(0, 40),
+    size=st.integers(0, 40),
+    length=st.sampled_from([7, 100]),
+)
+def test_continued_mixture_is_the_reference(
+    old: dict, new: dict, consumed: int, size: int, length: int
+) -> None:
+    """Sources of 7 samples run past their datasets (further rounds, same order)."""
+    sources = {name: Stream(name, length) for name in "abcd"}
     names = list(old)
     total = sum(old.values())
     dataset_index, _ = build_blending_indices([old[n] / total for n in names], consumed)
@@ -74,11 +90,50 @@ def test_continued_mixture_is_the_reference(old: dict, new: dict, consumed: int,
     mixture = ContinuedMixture(sources, counts, new, size)
     want, _ = reference(sources, old, consumed, new, size)
     assert [mixture[j] for j in range(size)] == want
-    # no sample of a source repeated or lost: old prefix + new draws are a prefix of it
+    # no sample of a source repeated or lost within a round: old prefix + new draws are
+    # its order, round after round
     for name in new:
-        drawn = [sources[name][k][1] for k in range(counts.get(name, 0))]
+        drawn = [sources[name][k % length][1] for k in range(counts.get(name, 0))]
         drawn += [s for n, s in want if n == name]
-        assert drawn == sources[name].order[: len(drawn)]
+        assert drawn == [sources[name].order[k % length] for k in range(len(drawn))]
+
+
+phases_st = st.lists(
+    st.tuples(
+        st.integers(1, 12), st.lists(st.integers(0, 5), min_size=4, max_size=4), st.booleans()
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    old=weights_st,
+    spec=phases_st,
+    consumed=st.integers(0, 40),
+    resume=st.integers(0, 40),
+    size=st.integers(0, 50),
+)
+def test_a_new_schedule_continues_as_the_reference(
+    old: dict, spec: list, consumed: int, resume: int, size: int
+) -> None:
+    """A new blend_schedule (ramps included) followed from the resume, in any phase."""
+    names, start, phases = list("abcd"), 0, []
+    for p, (gap, weights, linear) in enumerate(spec):
+        weights = [float(w) for w in weights] if sum(weights) else [1.0] * 4
+        last = p in (0, len(spec) - 1)
+        phases.append((start, weights, "linear") if linear and not last else (start, weights))
+        start += gap
+    sources = {name: Stream(name, 9) for name in names}
+    total = sum(old.values())
+    index, _ = build_blending_indices([old[n] / total for n in old], consumed)
+    counts = source_consumed(index, consumed, list(old))
+    new = dict.fromkeys(names, 1.0)
+    mixture = ContinuedMixture(sources, counts, new, size, phases, resume)
+    order = ramp_tail(phases, resume, size)
+    want, _ = reference(sources, old, consumed, new, size, order)
+    assert [mixture[j] for j in range(size)] == want
 
 
 @settings(max_examples=30, deadline=None)
@@ -106,8 +161,12 @@ def test_log_lines_and_refusals(caplog: Any) -> None:
     assert "b: stops (after 2 samples)" in caplog.text
     assert "c: starts (at sample 0)" in caplog.text
     assert mixture_changes({"a": 0}, {"a": 1.0}) == ["a: starts (at sample 0)"]
-    with pytest.raises(ConfigError, match="needs 14 samples of source 'a'"):
-        ContinuedMixture(sources, {"a": 9}, {"a": 1.0}, 5)
+    with caplog.at_level(logging.INFO, logger="tokenloom.training.mixture"):
+        rounds = ContinuedMixture(sources, {"a": 9}, {"a": 1.0}, 5)
+    assert "a runs past its dataset of 10 samples (needs 14)" in caplog.text
+    assert [rounds.position(j)[1] for j in range(5)] == [9, 0, 1, 2, 3]  # a next round
+    with pytest.raises(ConfigError, match="phase 0: weights"):
+        ContinuedMixture(sources, {}, {"a": 1.0}, 3, [(0, [1.0, 1.0])])
     with pytest.raises(ConfigError, match="without a dataset"):
         ContinuedMixture(sources, {}, {"z": 1.0}, 3)
     with pytest.raises(ConfigError, match="positive"):

@@ -13,8 +13,9 @@ its dataset starts that dataset over (a further round in the same order: every s
 a round is served once before any is served again). The positions before ``resume_at``
 are never served by the loader (they hold source 0, sample 0).
 
-With a ``blend_schedule``, the phase in force at ``resume_at`` holds from there (it must be
-a constant phase) and the later phases start where the schedule puts them.
+With a ``blend_schedule``, the phase in force at ``resume_at`` holds from there and the later
+phases start where the schedule puts them; inside a linear ramp the ramp goes on from its
+weights at ``resume_at`` (:func:`tail_schedule`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,14 @@ from tokenloom.errors import ConfigError
 from tokenloom.index import build_blending_indices
 from tokenloom.index.schedule import build_scheduled_blending_indices
 
-__all__ = ["ContinuedBlend", "order_of", "rebuild_source", "tail_indices"]
+__all__ = [
+    "ContinuedBlend",
+    "order_of",
+    "ramp_weights",
+    "rebuild_source",
+    "tail_indices",
+    "tail_schedule",
+]
 
 
 def _documents(dataset: Any) -> Optional[list[int]]:
@@ -60,11 +68,14 @@ def _documents(dataset: Any) -> Optional[list[int]]:
 
 def order_of(dataset: Any) -> dict[str, Any]:
     """What rebuilds ``dataset``'s order: class, length, ``num_samples``, document range,
-    the config's ``split`` and megatron-core's description hash (None where unknown)."""
+    the config's ``split``, megatron-core's description hash and the path prefix that
+    description names (None where unknown)."""
     config = read_attribute(dataset, "config", None)
     split = read_attribute(config, "split", None)
     digest = read_attribute(dataset, "unique_description_hash", None)
     has_indices = read_attribute(dataset, "index_split", None) is not None
+    described = read_attribute(dataset, "unique_identifiers", None) or {}
+    path = described.get("dataset_path") if isinstance(described, Mapping) else None
     return {
         "class": type(dataset).__name__,
         "length": len(dataset),
@@ -72,6 +83,7 @@ def order_of(dataset: Any) -> dict[str, Any]:
         "documents": _documents(dataset) if has_indices else None,
         "split": split if isinstance(split, str) else None,
         "description_hash": None if digest is None else str(digest),
+        "path": path if isinstance(path, str) else None,
     }
 
 
@@ -94,9 +106,10 @@ def rebuild_source(current: Any, order: Mapping[str, Any], name: str) -> Any:
     keywords = (
         {} if read_attribute(current, "cache", None) is None else {"index_cache": current.cache}
     )
+    described = order.get("path") or current.dataset_path  # a moved pair: the saved path
     old = type(current)(
         current.dataset,
-        current.dataset_path,
+        described,
         documents,
         order["num_samples"],
         current.index_split,
@@ -110,21 +123,35 @@ def rebuild_source(current: Any, order: Mapping[str, Any], name: str) -> Any:
             f"{order['description_hash']} and {order['length']}: a setting that shapes its "
             "order (random_seed, sequence_length, tokenizer, shuffle_mode, ...) changed"
         )
+    # its description (and cache entry) names the saved path; what reads it by prefix
+    # (block lists, attribution) names the path it is read from now
+    old.dataset_path = current.dataset_path
     return old
 
 
-def _tail_schedule(schedule: Sequence[Sequence[Any]], resume_at: int) -> list[tuple[Any, ...]]:
+def ramp_weights(schedule: Sequence[Sequence[Any]], p: int, sample: int) -> list[float]:
+    """The weights of the linear phase ``p`` at ``sample`` (its ramp, interpolated in
+    float64 and normalised)."""
+    begin, end = schedule[p][0], schedule[p + 1][0]
+    before = numpy.asarray(schedule[p - 1][1], numpy.float64)
+    after = numpy.asarray(schedule[p][1], numpy.float64)
+    weights = before + (after - before) * ((sample - begin) / (end - begin))
+    return [float(w) for w in weights / weights.sum()]
+
+
+def tail_schedule(schedule: Sequence[Sequence[Any]], resume_at: int) -> list[tuple[Any, ...]]:
     """The schedule as if started at ``resume_at``: the phase in force there from 0, the
-    later ones shifted; ConfigError when that phase is a linear ramp."""
+    later ones shifted. Inside a linear ramp, phase 0 holds the ramp's weights at
+    ``resume_at`` for one sample and a linear phase from sample 1 reaches the ramp's own
+    weights where the schedule reaches them (docs/mixtures.md)."""
     active = max(p for p, phase in enumerate(schedule) if phase[0] <= resume_at)
-    if len(schedule[active]) == 3:
-        raise ConfigError(
-            f"a mixture change at sample {resume_at} falls inside the linear phase "
-            f"{active} of blend_schedule (from sample {schedule[active][0]}): resume "
-            "inside a constant phase, or end the ramp with a phase before the change"
-        )
     later = [(phase[0] - resume_at, *phase[1:]) for phase in schedule[active + 1 :]]
-    return [(0, schedule[active][1]), *later]
+    if len(schedule[active]) != 3:
+        return [(0, list(schedule[active][1])), *later]
+    head: list[tuple[Any, ...]] = [(0, ramp_weights(schedule, active, resume_at))]
+    if later[0][0] > 1:  # some of the ramp is left after its first sample
+        head.append((1, list(schedule[active][1]), "linear"))
+    return [*head, *later]
 
 
 def tail_indices(
@@ -134,7 +161,7 @@ def tail_indices(
     blend of ``weights`` (or of ``schedule`` from ``resume_at``) started there."""
     if schedule is None:
         return build_blending_indices(numpy.asarray(weights, numpy.float64), size)
-    return build_scheduled_blending_indices(*to_arrays(_tail_schedule(schedule, resume_at)), size)
+    return build_scheduled_blending_indices(*to_arrays(tail_schedule(schedule, resume_at)), size)
 
 
 class ContinuedBlend(BlendedDataset):

@@ -263,17 +263,11 @@ def old_config(change: MixtureChange, config: Any) -> Any:
     names = {f.name for f in dataclasses.fields(config)}
     fields = {k: v for k, v in change.old_fields.items() if k in names}
     defaults = {"blend_per_split": None, "blend_schedule": None, "max_epochs_per_source": None}
-    return dataclasses.replace(
-        config, **{k: v for k, v in defaults.items() if k in names}, **fields
-    )
+    given = {k: v for k, v in defaults.items() if k in names}
+    return dataclasses.replace(config, **{**given, **fields})
 
 
 def _new_weights(config: Any, source: str) -> dict[str, float]:
-    if read_attribute(config, "blend_schedule", None) is not None:
-        raise ConfigError(
-            f"mixture change {source}: the new config has a blend_schedule; continuing "
-            "into a schedule is not supported yet (give fixed blend weights)"
-        )
     blend = read_attribute(config, "blend", None)
     if not blend:
         raise ConfigError(
@@ -361,5 +355,8 @@ def continue_train(change: MixtureChange, old: Any, new: Any, config: Any) -> Co
     counts = source_consumed(index, consumed, list(sources))
     _check_counts(change, counts)
     added = {p: d for p, d in _sources(new).items() if p in weights and p not in sources}
-    mixture = ContinuedMixture({**added, **sources}, counts, weights, len(new) - consumed)
+    schedule = read_attribute(config, "blend_schedule", None)
+    mixture = ContinuedMixture(
+        {**added, **sources}, counts, weights, len(new) - consumed, schedule, consumed
+    )
     return ContinuedTrainSplit(old, consumed, mixture, mixture_changes(counts, weights))

@@ -6,11 +6,12 @@ if it had started there. A continuing source carries on in the order of the data
 was drawn from in the saved run, from its next unconsumed sample: a source's order
 depends on its ``num_samples``, so a source rebuilt from the new config would be in
 another order. An added source starts at its first sample; a removed one is no longer
-drawn. When the new blend needs more of a continuing source than its old dataset holds,
-:class:`ContinuedMixture` refuses (ConfigError naming the source and both counts)
-instead of inventing an order (a source rebuilt with a larger ``num_samples`` is in
-another order, so that is no fix either). Continuing into further epochs built
-deterministically is not implemented yet.
+drawn. A continuing source that the new blend draws more often than its old dataset
+holds goes on into a further round of that dataset, in the same order (sample ``k`` of its
+stream is ``dataset[k % len(dataset)]``: every sample of a round is served once before any
+is served again), with an INFO line naming it; the loader's path does the same. A new
+config's ``blend_schedule`` holds from the resume as
+:func:`tokenloom.training.continued_blend.tail_schedule` says.
 
 The loader's path (``PretrainingDataLoader.load_state_dict(state,
 allow_mixture_change=True)``) is :mod:`tokenloom.training.mixture_resume`.
@@ -25,7 +26,7 @@ from typing import Any, Optional
 import numpy
 
 from tokenloom.errors import ConfigError
-from tokenloom.index import build_blending_indices
+from tokenloom.training.continued_blend import tail_indices
 from tokenloom.training.data_identity import pair_identities
 
 __all__ = [
@@ -82,8 +83,10 @@ class ContinuedMixture:
     ``sources``: ``{name: dataset}``, for a continuing source the dataset it was drawn
     from in the saved run (its order), for an added one its new dataset. ``consumed``:
     ``{name: samples already drawn}`` (:func:`source_consumed`); a name missing there
-    starts at 0. Sample ``j`` is ``sources[name][consumed[name] + r]`` where the new
-    greedy blend gives sample ``j`` to ``name`` as its ``r``-th draw.
+    starts at 0. Sample ``j`` is ``sources[name][(consumed[name] + r) % len]`` where the
+    new greedy blend gives sample ``j`` to ``name`` as its ``r``-th draw (a stream past
+    its dataset starts it over). ``schedule``: the new blend's ``blend_schedule`` (one
+    weight per name, in ``weights``' order), followed from global sample ``resume_at``.
     """
 
     def __init__(
@@ -92,6 +95,8 @@ class ContinuedMixture:
         consumed: Mapping[str, int],
         weights: Mapping[str, float],
         size: int,
+        schedule: Optional[Sequence[Sequence[Any]]] = None,
+        resume_at: int = 0,
     ) -> None:
         self.names, normalized = _normalized(weights)
         missing = [n for n in self.names if n not in sources]
@@ -99,21 +104,28 @@ class ContinuedMixture:
             raise ConfigError(f"weights name sources without a dataset: {missing}")
         self.sources = [sources[n] for n in self.names]
         self.start = numpy.asarray([int(consumed.get(n, 0)) for n in self.names], numpy.int64)
-        self.dataset_index, self.dataset_sample_index = build_blending_indices(normalized, size)
-        self._check_available()
+        self.dataset_index, self.dataset_sample_index = tail_indices(
+            normalized.tolist(), _phases(schedule, len(self.names)), resume_at, size
+        )
+        self.lengths = numpy.asarray([len(s) for s in self.sources], numpy.int64)
+        empty = [n for n, k in zip(self.names, self.lengths) if k == 0]
+        if empty:
+            raise ConfigError(f"sources {empty} hold no samples: give them weight 0 or drop them")
         for line in mixture_changes(consumed, weights):
             logger.info("mixture change: %s", line)
+        self._log_rounds()
 
-    def _check_available(self) -> None:
+    def _log_rounds(self) -> None:
         counts = numpy.bincount(self.dataset_index, minlength=len(self.names))
         for i, name in enumerate(self.names):
-            needed, held = int(self.start[i] + counts[i]), len(self.sources[i])
+            needed, held = int(self.start[i] + counts[i]), int(self.lengths[i])
             if needed > held:
-                raise ConfigError(
-                    f"the new mixture needs {needed} samples of source {name!r} "
-                    f"({self.start[i]} consumed + {counts[i]} new), its dataset holds "
-                    f"{held} (a source cannot continue past the dataset of the saved run): "
-                    "lower its weight or the number of samples after the resume"
+                logger.info(
+                    "mixture change: %s runs past its dataset of %d samples (needs %d): its "
+                    "stream starts that dataset over in the same order",
+                    name,
+                    held,
+                    needed,
                 )
 
     def __len__(self) -> int:
@@ -124,11 +136,28 @@ class ContinuedMixture:
         if not 0 <= idx < len(self):
             raise IndexError(f"ContinuedMixture index {idx} out of range ({len(self)})")
         source = int(self.dataset_index[idx])
-        return source, int(self.start[source] + self.dataset_sample_index[idx])
+        stream = int(self.start[source] + self.dataset_sample_index[idx])
+        return source, stream % int(self.lengths[source])
 
     def __getitem__(self, idx: int) -> Any:
         source, sample = self.position(idx)
         return self.sources[source][sample]
+
+
+def _phases(schedule: Optional[Sequence[Sequence[Any]]], count: int) -> Optional[list[Any]]:
+    """``schedule`` with each phase's weights normalised (ConfigError: not one per source)."""
+    if schedule is None:
+        return None
+    phases = []
+    for p, phase in enumerate(schedule):
+        weights = numpy.asarray(phase[1], numpy.float64)
+        if weights.shape != (count,) or not numpy.all(weights >= 0) or not weights.sum() > 0:
+            raise ConfigError(
+                f"blend_schedule phase {p}: weights {list(phase[1])} must be {count} "
+                "values >= 0, one per source of the blend, not all 0"
+            )
+        phases.append((int(phase[0]), (weights / weights.sum()).tolist(), *phase[2:]))
+    return phases
 
 
 def old_sources(blended: Any) -> dict[str, Any]:
@@ -152,11 +181,14 @@ def continue_blend(
     weights: Mapping[str, float],
     size: int,
     added: Optional[Mapping[str, Any]] = None,
+    schedule: Optional[Sequence[Sequence[Any]]] = None,
 ) -> ContinuedMixture:
     """The :class:`ContinuedMixture` after ``consumed_samples`` of the blend ``old``
     (rebuilt from the old config: Megatron users pass their old ``consumed_samples``),
-    under ``weights`` by path prefix; ``added``: ``{prefix: dataset}`` of new sources.
-    Exact for the sequential (``dataloader_type="single"``) sampler only."""
+    under ``weights`` (or ``schedule``, followed from ``consumed_samples``) by path
+    prefix; ``added``: ``{prefix: dataset}`` of new sources. Exact for the sequential
+    (``dataloader_type="single"``) sampler only."""
     sources = old_sources(old)
     counts = source_consumed(old.dataset_index, consumed_samples, list(sources))
-    return ContinuedMixture({**dict(added or {}), **sources}, counts, weights, size)
+    merged = {**dict(added or {}), **sources}
+    return ContinuedMixture(merged, counts, weights, size, schedule, consumed_samples)

@@ -180,6 +180,7 @@ class SourceBook:
         _check_can_continue(kind, sources, names, saved["format"])
         records: dict[str, Any] = dict(sources or {})
         if changed or mixture is None:
+            records = _follow_moves(records, names)
             start = {n: records[n]["consumed"] for n in names if n in records}
             resume_at = saved["consumed_samples"]
             _check_files(records, names, allow_data_change)
@@ -224,7 +225,9 @@ def _check_can_continue(
         raise ConfigError(
             f"a mixture change needs dataloader_type='single' (this loader: {kind!r}): the "
             "random samplers' consumed samples are random positions of the blend, not a "
-            "prefix of each source's stream, so no source has a next unconsumed sample"
+            "prefix of each source's stream, so no source has a next unconsumed sample. "
+            "Resume this state over the mixture it was saved with; a run that will change "
+            "its mixture needs the sequential sampler (Megatron's default) from its start"
         )
     if sources is None:
         raise ConfigError(
@@ -243,6 +246,49 @@ def _check_can_continue(
             "loader state records no per-source counts (it was saved by a random sampler): "
             "a mixture change needs a state saved with dataloader_type='single'"
         )
+
+
+def _follow_moves(saved: dict[str, Any], names: Mapping[str, Any]) -> dict[str, Any]:
+    """``saved`` with each moved pair's record under its new prefix: a source new to the
+    blend whose pair's identity (sizes, ``mtime_ns`` and ``.idx`` digest, what ``mv`` and
+    ``cp -p`` keep) is that of a saved source the blend no longer names continues it."""
+    gone = {n: r for n, r in saved.items() if n not in names and r.get("files")}
+    if not gone:
+        return saved
+    out = dict(saved)
+    for name, part in names.items():
+        if name in saved:
+            continue
+        files = pair_identities(part).get(name)
+        matches = [old for old, record in gone.items() if files and record["files"] == files]
+        if len(matches) == 1:
+            record = out.pop(matches[0])
+            out[name] = record
+            del gone[matches[0]]
+            logger.info(
+                "mixture change: %s: the pair of %s, moved (same identity): continues "
+                "(from sample %s)",
+                name,
+                matches[0],
+                record["consumed"],
+            )
+        elif files and any(_same_content(r["files"], files) for r in gone.values()):
+            logger.warning(
+                "mixture change: %s has the sizes and .idx digest of a saved source the "
+                "blend no longer names, not its mtime_ns: a new source (starts at 0); "
+                "move pairs with mv or cp -p to continue them",
+                name,
+            )
+    return out
+
+
+def _same_content(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Same parts with the same fields but ``mtime_ns``."""
+
+    def strip(identity: Mapping[str, Any]) -> dict[str, Any]:
+        return {p: {k: v for k, v in f.items() if k != "mtime_ns"} for p, f in identity.items()}
+
+    return strip(a) == strip(b)
 
 
 def _check_files(saved: Mapping[str, Any], names: Mapping[str, Any], allow: bool) -> None:

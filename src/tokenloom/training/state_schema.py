@@ -122,12 +122,15 @@ def _mapping_of(inner: Check, what: str) -> Check:
     return check
 
 
-def _record(fields: dict[str, Check]) -> Check:
+def _record(fields: dict[str, Check], later: tuple[str, ...] = ()) -> Check:
+    """A dict of exactly ``fields``; a field in ``later`` (added in a later version of
+    the format) may be missing and is then None."""
     names = ", ".join(fields)
 
     def check(path: Path, value: Any) -> dict[str, Any]:
         if not isinstance(value, Mapping):
             _bad(path, value, f"a dict with the fields {names}")
+        value = {**dict.fromkeys(later), **value}
         for name in fields:
             if name not in value:
                 raise ConfigError(
@@ -204,7 +207,9 @@ _ORDER = _record(
         "documents": _optional(_documents),
         "split": _optional(_text),
         "description_hash": _optional(_text),
-    }
+        "path": _optional(_text),
+    },
+    later=("path",),
 )
 _SOURCE = _record(
     {"consumed": _optional(_integer(0)), "files": _optional(_IDENTITY), "order": _ORDER}
