@@ -144,3 +144,23 @@ def test_a_moved_pair_continues_its_stream(tmp_path: Path, caplog: Any) -> None:
         fresh.load_state_dict(later, allow_mixture_change=True)
     assert f"{copy} has the sizes and .idx digest of a saved source" in caplog.text
     assert fresh.fetcher.dataset.start[0] == 0  # a new source: from its sample 0
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 4])
+def test_gloo_ranks_continue_inside_a_ramp(corpora: dict, tmp_path: Path, world: int) -> None:
+    """A DP 1 state of a scheduled run resumed inside the new schedule's linear ramp on a
+    real gloo group (odd ranks with a DataLoader worker): the reference's global order."""
+    from tests.support import distributed_harness as harness
+
+    p = corpora["prefixes"]
+    results = harness.launch(
+        str(Path(__file__).with_name("_mixture_worker.py")),
+        "ramp",
+        tmp_path,
+        world,
+        timeout=240,
+        env_extra={"MIXTURE_PREFIXES": ",".join([p["a"], p["b"], p["c"]])},
+    )
+    assert [r["same"] for r in results] == [True] * world
