@@ -247,7 +247,7 @@ _COLD_BUILD = textwrap.dedent(
     config, sizes = make_config(settings), compute_plan(settings).sizes
     start = time.perf_counter()
     BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()
-    print(time.perf_counter() - start)
+    print(int("numba" in sys.modules), time.perf_counter() - start)  # loaded kernels, s
     """
 )
 
@@ -304,6 +304,45 @@ def test_estimate_within_factor_2_of_a_real_cold_build(tmp_path, capsys, monkeyp
         _write(small, **BLENDS["weighted"], data_cache_path=str(small / f"cache{k}"))
         reals.append(float(_tokenloom("-c", _COLD_BUILD, config, env=env).stdout.split()[-1]))
     assert 0.5 <= estimate / sorted(reals)[1] <= 2.0, (estimate, reals)
+
+
+@pytest.fixture(scope="module")
+def peers_corpus(tmp_path_factory):
+    """20,000 documents of 50-400 tokens (bench_peers' corpus size)."""
+    lengths = numpy.random.default_rng(3).integers(50, 400, 20_000).tolist()
+    return write_corpus(tmp_path_factory.mktemp("peers") / "c", lengths, seed=1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "seq, samples, loads",
+    [
+        (4096, 1_000, False),  # 1 epoch: every index takes a numpy route (bench_peers)
+        (4096, 5_000, True),  # 5 epochs: a 100,000-entry document index
+        (64, 1_000, True),  # 1 epoch of ~70,000 samples: the shuffle index's kernel
+        (90, 75_000, False),  # 100,000 samples, shuffled as two 50,000-sample parts
+    ],
+)
+def test_plan_predicts_whether_a_cold_build_loads_the_kernels(
+    peers_corpus, tmp_path, capsys, seq, samples, loads
+):
+    """``estimate.loads_kernels`` (whether ``startup`` is counted) is what a real cold
+    build in a fresh process does: numba imported after the build or not."""
+    config = _write(
+        tmp_path,
+        data_path=[peers_corpus],
+        split="100,0,0",
+        seq_length=seq,
+        train_iters=samples,
+        global_batch_size=1,
+        eval_iters=0,
+    )
+    assert _plan(config, capsys)["estimate"]["loads_kernels"] is loads
+    env = {**os.environ, "TOKENLOOM_DISABLE_NUMBA": "0"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path.cwd() / "src"), env.get("PYTHONPATH", "")])
+    loaded = _tokenloom("-c", _COLD_BUILD, config, env=env).stdout.split()[-2]
+    assert loaded == str(int(loads))
 
 
 def test_calibrate_stores_rates_atomically_and_bad_files_are_refused(tmp_path, capsys, monkeypatch):

@@ -87,5 +87,10 @@ def test_routes_depend_on_the_inputs_only():
     assert first == [dispatch.NUMPY, dispatch.NUMPY, dispatch.FAST]
     assert dispatch.shuffle_route(numpy.random.RandomState(0), numpy.arange(10)) == dispatch.NUMPY
     assert (
-        dispatch.shuffle_route(numpy.random.RandomState(0), numpy.arange(10**4)) == dispatch.KERNEL
+        dispatch.shuffle_route(numpy.random.RandomState(0), numpy.arange(10**4)) == dispatch.NUMPY
     )
+    assert (
+        dispatch.shuffle_route(numpy.random.RandomState(0), numpy.arange(10**5)) == dispatch.KERNEL
+    )
+    assert dispatch.sample_index_route(numpy.arange(65_536)) == dispatch.VECTORIZED
+    assert dispatch.sample_index_route(numpy.arange(65_537)) == dispatch.KERNEL

@@ -94,10 +94,13 @@ def test_numba_sample_index_equals_reference(args):
     numpy.testing.assert_array_equal(run(), expected)
 
 
-def test_long_document_indices_use_the_kernel_path():
+def test_long_document_indices_use_the_kernel_path(monkeypatch):
     """Above the vectorized limit the numba (or reference) path runs: same output."""
-    from tokenloom.index.dispatch import SAMPLE_VECTORIZED_MAX_DOCUMENTS as VECTORIZED_MAX_DOCUMENTS
+    from tokenloom.index import dispatch
     from tokenloom.index.sample import build_sample_index_vectorized
+
+    monkeypatch.setattr(dispatch, "SAMPLE_VECTORIZED_MAX_DOCUMENTS", 4096)
+    VECTORIZED_MAX_DOCUMENTS = dispatch.SAMPLE_VECTORIZED_MAX_DOCUMENTS
 
     rng = numpy.random.default_rng(5)
     sizes = rng.integers(0, 50, 3000).astype(numpy.int32)

@@ -19,6 +19,7 @@ LENGTHS = st.one_of(
     st.sampled_from([0, 1, 2, 3, 623, 624, 625, 1000, 8191, 8192, 8193]),
     st.integers(0, 5000),
 )
+LONG = 2 * dispatch.SHUFFLE_KERNEL_MIN_SIZE  # long enough for the kernel route
 DTYPES = st.sampled_from(["int32", "int64", "uint32"])
 
 
@@ -173,7 +174,7 @@ def test_legacy_shuffle_equals_numpy(monkeypatch, spy, seed, draws, gauss, n, dt
 
 
 def _odd_inputs():
-    base = numpy.arange(20_000, dtype=numpy.int64)
+    base = numpy.arange(2 * dispatch.SHUFFLE_KERNEL_MIN_SIZE + 8, dtype=numpy.int64)  # long
     read_only = base.copy()
     read_only.flags.writeable = False
     return {
@@ -204,7 +205,7 @@ def test_legacy_shuffle_falls_back_to_numpy(spy, name):
 
 
 def test_other_bit_generator_falls_back(spy):
-    expected, actual = numpy.arange(20_000), numpy.arange(20_000)
+    expected, actual = numpy.arange(LONG), numpy.arange(LONG)
     numpy.random.RandomState(numpy.random.PCG64(9)).shuffle(expected)
     legacy_shuffle(numpy.random.RandomState(numpy.random.PCG64(9)), actual)
     numpy.testing.assert_array_equal(actual, expected)
@@ -213,7 +214,7 @@ def test_other_bit_generator_falls_back(spy):
 
 def test_disabled_numba_uses_numpy(monkeypatch, spy):
     monkeypatch.setenv("TOKENLOOM_DISABLE_NUMBA", "1")
-    expected, actual = numpy.arange(20_000), numpy.arange(20_000)
+    expected, actual = numpy.arange(LONG), numpy.arange(LONG)
     numpy.random.RandomState(4).shuffle(expected)
     legacy_shuffle(numpy.random.RandomState(4), actual)
     numpy.testing.assert_array_equal(actual, expected)
@@ -221,8 +222,9 @@ def test_disabled_numba_uses_numpy(monkeypatch, spy):
 
 
 @pytest.mark.parametrize("epochs, separate", [(1, False), (3, False), (3, True)])
-def test_large_gpt_indices_equal_reference(spy, epochs, separate):
+def test_large_gpt_indices_equal_reference(monkeypatch, spy, epochs, separate):
     """Document and shuffle indices long enough for the kernel equal the references."""
+    monkeypatch.setattr(dispatch, "SHUFFLE_KERNEL_MIN_SIZE", 8192)  # every array here
     documents = numpy.arange(3, 30_003, dtype=numpy.int32)
     expected_rs, rs = numpy.random.RandomState(1234), numpy.random.RandomState(1234)
     expected = reference.build_document_index(documents, epochs, expected_rs, separate)

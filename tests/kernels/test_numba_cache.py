@@ -70,10 +70,13 @@ def test_a_read_only_install_caches_in_the_user_wide_folder(tmp_path):
     env.update(
         PYTHONPATH=str(site), XDG_CACHE_HOME=str(tmp_path / "xdg"), TOKENLOOM_DISABLE_NUMBA="0"
     )
-    shuffle = (
-        "import numpy; from tokenloom.index import legacy_shuffle; "
-        "legacy_shuffle(numpy.random.RandomState(1), numpy.arange(20000, dtype='i4'))\n"
-    )
+    shuffle = textwrap.dedent("""
+        import numpy
+        from tokenloom.index import dispatch, legacy_shuffle
+        x = numpy.arange(2 * dispatch.SHUFFLE_KERNEL_MIN_SIZE, dtype="i4")
+        assert dispatch.shuffle_route(numpy.random.RandomState(1), x) == dispatch.KERNEL
+        legacy_shuffle(numpy.random.RandomState(1), x)
+    """)
     first = _hits_and_misses(_run(shuffle + STATS, env, 500))
     assert first["shuffle.shuffle"] == [0, 1]  # compiled
     cached = list((tmp_path / "xdg" / "numba").rglob("shuffle.shuffle-*.nbi"))
@@ -105,10 +108,14 @@ WORKLOAD = textwrap.dedent("""
         w = rng.random(n) + 0.1
         index.build_blending_indices(w / w.sum(), 400_000)
         index.build_exhaustive_blending_indices(rng.integers(1000, 5000, n))
-    sizes = rng.integers(1, 50, 9000).astype(numpy.int32)
-    documents = index.build_document_index(numpy.arange(9000, dtype=numpy.int32), 1,
+    from tokenloom.index import dispatch  # indices long enough for the kernel routes
+    n = max(dispatch.SAMPLE_VECTORIZED_MAX_DOCUMENTS + 1, dispatch.SHUFFLE_KERNEL_MIN_SIZE)
+    sizes = rng.integers(1, 50, n).astype(numpy.int32)
+    documents = index.build_document_index(numpy.arange(n, dtype=numpy.int32), 1,
                                            numpy.random.RandomState(1), False)
-    sample = index.build_sample_index(sizes, documents, 64, 1, int(sizes.sum()), True, 1)
+    assert dispatch.sample_index_route(documents) == dispatch.KERNEL
+    sample = index.build_sample_index(sizes, documents, 16, 1, int(sizes.sum()), True, 1)
+    assert sample.shape[0] - 1 >= dispatch.SHUFFLE_KERNEL_MIN_SIZE
     index.build_shuffle_index(sample.shape[0] - 1, sample.shape[0] - 1,
                               numpy.random.RandomState(1))
     from tokenloom.training.permutation import randperm

@@ -52,6 +52,10 @@ class MidPlan:
     cap_sample: Optional[int] = None
     """The (blended) sample index at which the source passes its repetition cap
     (:func:`tokenloom.datasets.repetition.passing_count`, as the builder reports), or None."""
+    shuffled: list[int] = field(default_factory=list)
+    """Lengths of the arrays its build shuffles (``legacy_shuffle``): the document index
+    and the shuffle index, each in two parts when the final epoch is separate (what
+    :func:`tokenloom.index.dispatch.shuffle_route` decides on)."""
 
 
 @dataclass
@@ -114,6 +118,7 @@ def _mid(config: Any, prefix: str, bounds: Any, size: Optional[int], split: Spli
         _gpt_indices.count_samples(e * tokens, seq, extra, True)
         for e in range(1, epochs.num_epochs + 1)
     ]
+    mid.shuffled = _shuffled(epochs, mid, str(getattr(config, "shuffle_mode", "exact")))
     largest = max(mid.epochs * mid.documents, int(lengths.max()) if lengths.size else 0)
     mid.index_bytes = {
         "document_index": 4 * mid.epochs * mid.documents,
@@ -121,6 +126,18 @@ def _mid(config: Any, prefix: str, bounds: Any, size: Optional[int], split: Spli
         "shuffle_index": mid.samples * (4 if mid.samples < _UINT32_MAX - 1 else 8),
     }
     return mid
+
+
+def _shuffled(epochs: Any, mid: MidPlan, shuffle_mode: str) -> list[int]:
+    """``MidPlan.shuffled`` (``_gpt_indices.build_indices``' shuffles; a bijection
+    shuffle index is a parameter table, not shuffled)."""
+    parts = [mid.epochs * mid.documents]
+    samples = [mid.samples]
+    if epochs.separate_final_epoch:
+        parts = [(mid.epochs - 1) * mid.documents, mid.documents]
+        first = epochs.num_samples_sans_final_epoch
+        samples = [first, mid.samples - first]
+    return parts + (samples if shuffle_mode != "bijection" else [])
 
 
 def _counts(weights: list[float], size: int) -> tuple[numpy.ndarray, Optional[numpy.ndarray]]:

@@ -7,9 +7,16 @@ folder) and a blend, and stores the rates in a small JSON file (:func:`rates_pat
 ``~/.cache/tokenloom/plan-rates.json``), written atomically. Without it
 :data:`DEFAULT_RATES` apply (measured on a loaded 2-core development machine).
 
-The model: a cold build costs ``startup`` once, per GPTDataset ``dataset`` plus
-``document_element`` per document-index element plus ``sample`` per sample, per blend
-``blend`` plus ``blend_sample`` per blended sample; the first batch adds
+Every calibration build's document index is long enough for the kernel routes of
+:mod:`tokenloom.index.dispatch` (:func:`kernel_epochs`), as a large build's is: the first
+one's extra time over the second's is ``startup`` (numba's import and cached machine
+code), and the per-element rates are the kernels'. A build whose every index takes the
+numpy routes loads no kernel, and ``tokenloom plan`` adds no ``startup`` to its estimate.
+
+The model: a cold build costs ``startup`` once (when it takes a kernel route), per
+GPTDataset ``dataset`` plus ``document_element`` per document-index element plus
+``sample`` per sample, per blend ``blend`` plus ``blend_sample`` per blended sample; the
+first batch adds
 ``fetch_sample + fetch_token * sequence_length`` per sample of the global batch.
 """
 
@@ -26,7 +33,15 @@ import numpy
 
 from tokenloom.errors import ConfigError, UntrustedFileError
 
-__all__ = ["DEFAULT_RATES", "RATE_NAMES", "calibrate", "load_rates", "rates_path", "store_rates"]
+__all__ = [
+    "DEFAULT_RATES",
+    "RATE_NAMES",
+    "calibrate",
+    "kernel_epochs",
+    "load_rates",
+    "rates_path",
+    "store_rates",
+]
 
 DEFAULT_RATES = {
     "startup": 1.8,
@@ -138,10 +153,13 @@ def _fetch_seconds(dataset: Any, count: int = 200) -> float:
 
 
 def _blend_rate() -> tuple[float, float]:
-    from tokenloom.index import build_blending_indices
+    from tokenloom.index import build_blending_indices, dispatch
 
     weights = numpy.array([0.5, 0.3, 0.2])
-    build_blending_indices(weights, 1000)  # loads the kernel
+    size = 1000
+    while dispatch.blending_route(len(weights), size) == dispatch.NUMPY:
+        size *= 2
+    build_blending_indices(weights, size)  # takes the kernel's route: loads the kernel
     start = time.perf_counter()
     build_blending_indices(weights, 10)
     fixed = time.perf_counter() - start
@@ -160,27 +178,41 @@ def _solve(runs: list[tuple[float, int, int]], fixed: float) -> tuple[float, flo
     return max(float(rd), 1e-10), max(float(rs), 1e-10)
 
 
+def kernel_epochs() -> int:
+    """The fewest whole epochs of the calibration corpus whose document index takes the
+    kernel routes of :mod:`tokenloom.index.dispatch` (sample index and shuffle), as a
+    large build's does: every calibration build is at least this long, so that the
+    first one loads the kernels (``startup``) and the rates are the kernels'."""
+    from tokenloom.index import dispatch
+
+    least = max(dispatch.SAMPLE_VECTORIZED_MAX_DOCUMENTS + 1, dispatch.SHUFFLE_KERNEL_MIN_SIZE)
+    return -(-least // _DOCUMENTS)
+
+
 def calibrate() -> dict[str, float]:
     """Measure every rate of :data:`RATE_NAMES` on this machine (a few seconds)."""
     with tempfile.TemporaryDirectory(prefix="tokenloom-plan-") as folder:
         prefix, lengths = _corpus(folder)
-        tokens = int(lengths.sum())
-        first, _ = _timed_build(prefix, folder, 4096, 10, 11)
-        fixed, _ = _timed_build(prefix, folder, 4096, 10, 12)
-        fixed = max(fixed - _DOCUMENTS * DEFAULT_RATES["document_element"], 0.0)
-        epochs = 20  # document-index heavy: long samples
+        tokens, least = int(lengths.sum()), kernel_epochs()
+        small = (least * _DOCUMENTS, least * tokens // 4096 - 1)  # elements, samples
+        first, _ = _timed_build(prefix, folder, 4096, small[1], 11)  # + loading the kernels
+        again, _ = _timed_build(prefix, folder, 4096, small[1], 12)
+        epochs = max(20, 5 * least)  # document-index heavy: long samples
         t_docs, long = _timed_build(prefix, folder, 4096, epochs * tokens // 4096 - 1, 13)
-        t_samples, short = _timed_build(prefix, folder, 8, 2 * tokens // 8 - 1, 14)
+        t_samples, short = _timed_build(prefix, folder, 8, least * tokens // 8 - 1, 14)
         runs = [
             (t_docs, epochs * _DOCUMENTS, len(long)),
-            (t_samples, 2 * _DOCUMENTS, len(short)),
+            (t_samples, least * _DOCUMENTS, len(short)),
         ]
-        per_document, per_sample = _solve(runs, fixed)
+        per_document, per_sample = DEFAULT_RATES["document_element"], DEFAULT_RATES["sample"]
+        for _ in range(2):  # the fixed cost less the small build's elements, then the rates
+            fixed = max(again - small[0] * per_document - small[1] * per_sample, 0.0)
+            per_document, per_sample = _solve(runs, fixed)
         fetch_short, fetch_long = _fetch_seconds(short), _fetch_seconds(long)
     per_token = max((fetch_long - fetch_short) / (4096 - 8), 0.0)
     blend, blend_sample = _blend_rate()
     return {
-        "startup": max(first - fixed, 0.0),
+        "startup": max(first - again, 0.0),
         "dataset": fixed,
         "document_element": per_document,
         "sample": per_sample,

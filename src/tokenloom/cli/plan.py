@@ -159,13 +159,15 @@ def repeats(mid: Any, seq: int, extra: int) -> float:
     return repetitions(mid.drawn, mid.tokens, seq, extra)
 
 
-def _loads_kernels(mids: list[Any], blends: list[Any]) -> bool:
-    """Whether the build takes a numba kernel's route (then it pays their loading once)."""
+def loads_kernels(mids: list[Any], blends: list[Any]) -> bool:
+    """Whether the build takes a numba kernel's route (then it pays their loading once):
+    :mod:`tokenloom.index.dispatch`'s thresholds on each sample index, each shuffled
+    array (``MidPlan.shuffled``) and each blend."""
     from tokenloom.index import dispatch
 
     return any(
         mid.epochs * mid.documents > dispatch.SAMPLE_VECTORIZED_MAX_DOCUMENTS
-        or mid.samples >= dispatch.SHUFFLE_KERNEL_MIN_SIZE
+        or any(length >= dispatch.SHUFFLE_KERNEL_MIN_SIZE for length in mid.shuffled)
         for mid in mids
     ) or any(
         dispatch.blending_route(len(split.sources), split.samples) != dispatch.NUMPY
@@ -174,13 +176,15 @@ def _loads_kernels(mids: list[Any], blends: list[Any]) -> bool:
 
 
 def estimate(splits: list[Any], rates: dict[str, float], gbs: int, seq: int) -> dict[str, Any]:
-    """Bytes of the indices and the cold build / first batch seconds."""
+    """Bytes of the indices, whether the build loads numba kernels (then ``startup`` is
+    in its time) and the cold build / first batch seconds."""
     mids = [mid for split in splits for mid in split.sources if not mid.error]
     blends = [split for split in splits if split.blended and split.blend_bytes]
     names = ("document_index", "sample_index", "shuffle_index")
     index_bytes = {name: sum(mid.index_bytes.get(name, 0) for mid in mids) for name in names}
     index_bytes["blend_indices"] = sum(sum(split.blend_bytes.values()) for split in blends)
-    build = rates["startup"] * _loads_kernels(mids, blends) + sum(
+    loads = loads_kernels(mids, blends)
+    build = rates["startup"] * loads + sum(
         rates["dataset"]
         + rates["document_element"] * mid.epochs * mid.documents
         + rates["sample"] * mid.samples
@@ -194,6 +198,7 @@ def estimate(splits: list[Any], rates: dict[str, float], gbs: int, seq: int) -> 
         "indices_memory_bytes": sum(index_bytes.values()),
         "cache_bytes": sum(index_bytes.values()) + 4096 * entries,
         "cache_entries": entries,
+        "loads_kernels": loads,
         "cold_build_seconds": build,
         "first_batch_seconds": build + batch,
     }

@@ -47,9 +47,13 @@ depends on timing. The samples do not: both paths give the same bytes (property 
 depends on timing. A reader that asks for more than ``GENERAL_SAMPLES_BEFORE_WAIT``
 samples before the load ends waits for it rather than staying on the slower path.
 
-The thresholds are where the cheaper-to-start implementation stops being at least as
-fast, in a process that has not loaded numba yet (its first kernel call loads numba
-and the cached machine code); the measurements are in ``BENCHMARKS.md``.
+A process's first kernel call loads numba and the cached machine code (about a second
+of CPU on a loaded machine), so the thresholds keep small inputs off the kernels: below
+them the implementation that loads nothing is the faster one in a process that has not
+loaded numba yet, or (the sample index and shuffle thresholds) costs at most about a
+millisecond more per array than the loaded kernel, so that a cold build of a small
+dataset starts in milliseconds. Above them the kernel runs, faster there. The
+measurements are in ``BENCHMARKS.md`` (``benchmarks/bench_dispatch.py``).
 """
 
 from __future__ import annotations
@@ -109,13 +113,16 @@ BLEND_SCAN_BELOW = 24
 """Blends of fewer datasets take the plain O(datasets)-per-sample scan kernel; from
 this many on, the sub-linear greedy (``kernels.blend_fast``) is faster."""
 
-SAMPLE_VECTORIZED_MAX_DOCUMENTS = 4096
+SAMPLE_VECTORIZED_MAX_DOCUMENTS = 65_536
 """Document indices up to this length are cut into samples by cumulative sums (a few
-numpy calls); longer ones by the one-pass kernel."""
+numpy calls); longer ones by the one-pass kernel, a few times faster once loaded. Below
+it a cold build of a small dataset loads no numba; at this length the cumulative sums
+cost about a millisecond more than the loaded kernel."""
 
-SHUFFLE_KERNEL_MIN_SIZE = 8192
-"""Arrays shorter than this are shuffled by numpy's own ``RandomState.shuffle``:
-reading and writing the generator state costs more than the kernel saves on them."""
+SHUFFLE_KERNEL_MIN_SIZE = 65_536
+"""Arrays shorter than this are shuffled by numpy's own ``RandomState.shuffle``; from
+this length on by the kernel (faster on long arrays, but it loads numba). Just below it
+numpy's shuffle costs about a millisecond more than the loaded kernel."""
 
 SCHEDULE_REFERENCE_MAX_SAMPLES = 2048
 """Schedule blends of up to this many samples run the reference (no numba load); longer
