@@ -6,14 +6,19 @@ numpy's ``RandomState.shuffle`` against the shuffle kernel (int32 and int64 arra
 Each figure is the median over ``--repeats`` interleaved rounds of a batch of calls
 (the shuffles keep one generator a route: seeding costs about 0.1 ms).
 Then, in fresh processes, the first kernel call's cost (numba's import and cached
-machine code), which a build below the thresholds no longer pays.
+machine code), which a build below the thresholds no longer pays. ``--cold-prefix P``
+instead times bench_peers' tokenloom cold start-up over the corpus ``P`` in fresh
+processes, old thresholds (4,096 / 8,192) and these taking turns.
 
     PYTHONPATH=src python benchmarks/bench_dispatch.py
+    PYTHONPATH=src python benchmarks/bench_dispatch.py --cold-prefix \
+        /tmp/tokenloom-bench/data/peers-20000-1000/corpus   # written by bench_peers.py
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -106,12 +111,76 @@ def first_call(runs: int) -> list[tuple[float, float]]:
     return out
 
 
+_COLD_BUILD = """
+import json, sys, time
+sys.path.insert(0, sys.argv[4])
+import numba  # noqa: F401  (imported before timing, as bench_peers does)
+from sides import build_gpt_dataset, describe, gpt_classes
+from tokenloom.index import dispatch
+gpt_classes("tokenloom")
+if sys.argv[1] == "old":
+    dispatch.SAMPLE_VECTORIZED_MAX_DOCUMENTS, dispatch.SHUFFLE_KERNEL_MIN_SIZE = 4096, 8192
+wall, cpu = time.perf_counter(), time.process_time()
+desc = describe(sequence_length=4096, path_to_cache=sys.argv[3])
+build_gpt_dataset("tokenloom", sys.argv[2], None, desc)[0]
+loaded = [n for n in ("sample_index", "shuffle") if "tokenloom.kernels." + n in sys.modules]
+print(json.dumps([time.perf_counter() - wall, time.process_time() - cpu, loaded]))
+"""
+
+
+def cold_builds(prefix: str, rounds: int) -> dict[str, list]:
+    """bench_peers' tokenloom cold start-up (construct + first sample, empty cache) in
+    fresh processes, the old thresholds (4,096 / 8,192) and these taking turns."""
+    import os
+    import tempfile
+
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(__file__) + "/../src", os.environ.get("PYTHONPATH", "")]
+        ),
+    )
+    runs: dict[str, list] = {"old": [], "new": []}
+    for k in range(rounds):
+        for side in ("old", "new") if k % 2 == 0 else ("new", "old"):
+            with tempfile.TemporaryDirectory(prefix="bench-dispatch-") as cache:
+                done = subprocess.run(
+                    [
+                        sys.executable,
+                        "-c",
+                        _COLD_BUILD,
+                        side,
+                        prefix,
+                        cache,
+                        os.path.dirname(os.path.abspath(__file__)),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    timeout=600,
+                    env=env,
+                )
+            runs[side].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return runs
+
+
 def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--first-calls", type=int, default=3)
+    parser.add_argument("--cold-prefix", help="only the cold start-up A/B on this corpus")
+    parser.add_argument("--cold-rounds", type=int, default=5)
     args = parser.parse_args(argv)
+    if args.cold_prefix:
+        for side, runs in cold_builds(args.cold_prefix, args.cold_rounds).items():
+            print(
+                f"{side} thresholds, cold start-up (wall ms / CPU ms / kernels loaded):",
+                "; ".join(
+                    f"{w * 1e3:.0f} / {c * 1e3:.0f} / {','.join(k) or '-'}" for w, c, k in runs
+                ),
+            )
+        return 0
     sizes = (4096, 16_384, 32_768, 65_536, 131_072, 262_144)
     build_sample_index(
         numpy.full(9, 5, numpy.int32), numpy.arange(9, dtype=numpy.int32), 4, 1, 45, True, 1
