@@ -381,3 +381,16 @@ def test_preview_shows_the_continued_train_split(golden_dir, tmp_path, capsys):
     shown = [int(line.split()[2]) for line in out.splitlines() if line.startswith("=== sample")]
     assert len(shown) == 3 and all(k >= 80 for k in shown)  # what the resumed run reads
     assert out.count("(continued)") == 3
+
+
+def test_a_new_schedule_after_a_mixture_change(golden_dir, tmp_path, capsys):
+    """The new config's blend_schedule (the resume at 80 inside its ramp) is continued."""
+    new, change, c0, c1, c2 = _change_files(golden_dir, tmp_path)
+    config = json.loads(new.read_text())
+    config["blend_schedule"] = [[0, [1, 1]], [60, [1, 3], "linear"], [200, [3, 1]]]
+    config["mixture_change"] = str(change)
+    new.write_text(json.dumps(config))
+    assert _run("--config", new) == 0
+    assert f"{c0}: continues (from sample" in capsys.readouterr().out
+    assert main(["preview", "--config", str(new), "--samples", "2", "--chars", "10"]) == 0
+    assert capsys.readouterr().out.count("(continued)") == 2
