@@ -43,3 +43,31 @@ def test_warm_up_compiles_the_randperm_kernels(capsys):
 
     kernels = KERNELS.require("permutation")
     assert kernels.swap_block.signatures and kernels.inside_out_block.signatures
+
+
+def test_warm_up_compiles_the_range_kernels_the_trace_calls(capsys, tmp_path):
+    """After ``warmup --kernels ranges``, the manifest of a real (cached, mmapped) run
+    compiles no new specialisation of the range kernels."""
+    pytest.importorskip("numba")
+    from tests.cli._trace_support import load_traced, write_config
+    from tests.training._data import write_corpus
+
+    from tokenloom.cli._trace_manifest import make_manifest
+    from tokenloom.cli._trace_order import run_order
+    from tokenloom.kernels import KERNELS
+
+    assert main(["warmup", "--kernels", "ranges"]) == 0
+    assert capsys.readouterr().out.startswith("ranges")
+    kernels = KERNELS.require("ranges")
+    warmed = (set(kernels.count_parts.signatures), set(kernels.fill_parts.signatures))
+    assert all(warmed)
+    big = write_corpus(tmp_path / "big", 400, seed=1)
+    small = write_corpus(tmp_path / "small", 100, seed=2)
+    config = write_config(tmp_path, "c.json", ["0.7", big, "0.3", small], train_iters=700)
+    for _ in range(2):  # built, then mapped from the cache
+        dataset, layout, _, _ = load_traced(config)
+        order = run_order(dataset, layout, len(dataset) // layout.global_batch_size)
+        assert order.size >= 4096  # the kernels' size
+        make_manifest(dataset, order, layout.describe(), 0)
+    assert set(kernels.count_parts.signatures) == warmed[0]
+    assert set(kernels.fill_parts.signatures) == warmed[1]

@@ -52,10 +52,10 @@ examples:
   NUMBA_CACHE_DIR=/opt/numba-cache tokenloom warmup
 """
 
-GROUPS = ("index", "blending", "shuffle", "samples", "permutation")
+GROUPS = ("index", "blending", "shuffle", "samples", "permutation", "ranges")
 """Kernel groups: the GPT sample index, blending, the shuffles (MT19937, bijection), the
-sample / batch kernels of ``dataset[i]`` and ``get_batch``, and the ``randperm`` of the
-training side's random samplers."""
+sample / batch kernels of ``dataset[i]`` and ``get_batch``, the ``randperm`` of the
+training side's random samplers, and the bulk document ranges of ``tokenloom trace``."""
 
 _TOKEN_DTYPES = ("uint8", "int8", "int16", "uint16", "int32", "int64", "float64", "float32")
 
@@ -123,6 +123,25 @@ def _permutation_kernels(token_dtypes: Sequence[str]) -> list[Any]:
     return [kernels.swap_block, kernels.inside_out_block]
 
 
+def _ranges_kernels(token_dtypes: Sequence[str]) -> list[Any]:
+    """The bulk document ranges (``trace --manifest``), typed as ``sample_ranges`` calls
+    them: read-only int32 document index and lengths, an int32 or int64 sample index."""
+    from tokenloom.kernels import KERNELS, read_only
+
+    kernels = KERNELS.require("ranges")
+    documents = read_only(numpy.array([1, 0], dtype=numpy.int32))
+    lengths = read_only(numpy.array([3, 4], dtype=numpy.int32))
+    rows = read_only(numpy.array([0, -1], dtype=numpy.int64))
+    for dtype in (numpy.int32, numpy.int64):
+        sample_index = read_only(numpy.array([[0, 0], [1, 1]], dtype=dtype))
+        counts = numpy.empty(2, dtype=numpy.int64)
+        kernels.count_parts(documents, sample_index, lengths, rows, 1, counts)
+        offsets = numpy.concatenate([[0], numpy.cumsum(counts)]).astype(numpy.int64)
+        out = numpy.empty((int(offsets[-1]), 3), dtype=numpy.int64)
+        kernels.fill_parts(documents, sample_index, lengths, rows, 1, offsets, out)
+    return [kernels.count_parts, kernels.fill_parts]
+
+
 def _sample_kernels(token_dtypes: Sequence[str]) -> list[Any]:
     """Real tiny datasets per token dtype: indices built (writable) and reopened from
     their cache (read-only mmaps), each serving ``dataset[0]`` and ``get_batch``."""
@@ -183,6 +202,7 @@ _WARMERS: dict[str, Callable[[Sequence[str]], list[Any]]] = {
     "shuffle": _shuffle_kernels,
     "samples": _sample_kernels,
     "permutation": _permutation_kernels,
+    "ranges": _ranges_kernels,
 }
 
 
