@@ -13,9 +13,11 @@ blend continues it by the rule of docs/mixtures.md: each source in the saved sta
 in the new blend continues its stream (in its saved order) from its next unconsumed
 sample; a source new to the blend starts at its sample 0; a saved source missing from
 the blend stops (its count is kept in the state, so a later change that adds it back
-continues it); from the resume point on the blend is the new weights' greedy blend as if
-it had started there (:class:`~tokenloom.training.continued_blend.ContinuedBlend`). One
-log line per source says what continues, starts and stops. Only the sequential
+continues it); a prefix new to the blend whose pair has a stopped source's identity is
+that source, moved (:func:`_follow_moves`); from the resume point on the blend is the new
+weights' greedy blend as if it had started there
+(:class:`~tokenloom.training.continued_blend.ContinuedBlend`). One log line per source
+says what continues, starts and stops. Only the sequential
 (``"single"``) sampler resumes over a changed mixture; ``"cyclic"`` and ``"elastic"``
 are refused with a ConfigError (their consumed samples are random positions of the
 blend, not a prefix of each source).
