@@ -13,6 +13,11 @@ that loading, rebuilding and their warnings and errors are the same for both:
   above; ``expected_length``: the loaded entry must hold that many samples).
 
 Pickled copies (DataLoader workers) re-map the entry on their own first use.
+
+A holder made with ``owner`` calls its ``build``, ``where`` and ``checks`` functions
+with the owner (``GPTDataset`` passes its class's functions): a blend of thousands of
+prefixes then holds no bound method or closure per dataset, objects that the cyclic
+garbage collector would walk after every build.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ class CachedIndices:
         wrap: what :meth:`arrays` serves instead of the stored arrays (built or loaded;
             validate sees the wrapped ones), e.g. a computed stand-in for a tiny stored
             table; None serves them as stored.
+        owner: when given, ``build``, ``where`` and a callable ``checks`` are called
+            with it as their one argument (functions of its class, not bound methods).
     """
 
     def __init__(
@@ -61,17 +68,18 @@ class CachedIndices:
         names: tuple[str, ...],
         cache: Optional[IndexCache],
         key: Optional[CacheKey],
-        build: Callable[[], Arrays],
-        where: Callable[[], str],
+        build: Callable[..., Arrays],
+        where: Callable[..., str],
         *,
-        checks: Union[None, Mapping[str, object], Callable[[], Mapping[str, object]]] = None,
+        checks: Union[None, Mapping[str, object], Callable[..., Mapping[str, object]]] = None,
         verify: str = "checksum",
         can_build: bool = True,
         validate: Optional[Callable[[Arrays, str], None]] = None,
         wrap: Optional[Callable[[Arrays], Arrays]] = None,
+        owner: Optional[object] = None,
     ) -> None:
         self.names, self.cache, self.key = names, cache, key
-        self.build, self.where = build, where
+        self._build, self._where, self._owner = build, where, owner
         self._checks = checks
         self.verify, self.can_build, self.validate = verify, can_build, validate
         self.wrap = wrap
@@ -82,12 +90,22 @@ class CachedIndices:
         self._rebuild = False
         self._length_of = names[-1]
 
+    def build(self) -> Arrays:
+        """The arrays, built (the ``build`` argument called)."""
+        owner = self._owner
+        return self._build() if owner is None else self._build(owner)
+
+    def where(self) -> str:
+        """Names the dataset in warnings and errors (the ``where`` argument called)."""
+        owner = self._owner
+        return self._where() if owner is None else self._where(owner)
+
     @property
     def checks(self) -> Optional[dict[str, object]]:
         """What is stored with the entry and compared on lookup (computed on first use)."""
         given = self._checks
         if callable(given):
-            given = given()
+            given = given() if self._owner is None else given(self._owner)
         checks = dict(given) if given else None
         self._checks = checks
         return checks

@@ -187,8 +187,7 @@ class GPTDataset(IndexArrays, MegatronHooks, SiblingMixin, MegatronDataset):
     ) -> CachedIndices:
         directory = default_cache_dir(self.config, self.dataset, type(self).__name__)
         verify = "size" if self.config.fast_cache_load else "checksum"
-        indices = self.indices  # digested when the entry is first read or built
-        checks = None if indices is None else (lambda: {"indices": array_digest(indices)})
+        checks = None if self.indices is None else _indices_checks  # digested on first use
         cache = (
             index_cache if index_cache is not None or directory is None else IndexCache(directory)
         )
@@ -199,17 +198,19 @@ class GPTDataset(IndexArrays, MegatronHooks, SiblingMixin, MegatronDataset):
                 type(self).__name__, self.index_split.name, self.cache_identifiers
             )
             self.cache, self.cache_key = cache, key
+        cls = type(self)  # its functions, called with self: no bound method per dataset
         held = CachedIndices(
             INDEX_NAMES,
             cache,
             key,
-            self._build,
-            self._where,
+            cls._build,
+            cls._where,
             checks=checks,
             verify=verify,
             can_build=self.build_if_missing and self.indices is not None,
             validate=_gpt_indices.check_sample_count,
             wrap=_gpt_indices.serve_bijection if self.config.shuffle_mode == "bijection" else None,
+            owner=self,
         )
         known = None if warm_start is None or key is None else warm_start.known_length(key)
         if (
@@ -387,3 +388,12 @@ class GPTDataset(IndexArrays, MegatronHooks, SiblingMixin, MegatronDataset):
         state = dict(self.__dict__)
         state["_source"] = state["_maker"] = state["_batch_inputs"] = None  # rebuilt in the worker
         return state
+
+
+def _indices_checks(dataset: GPTDataset) -> dict[str, object]:
+    """What a GPT entry is stored with and checked against: its split's document ids
+    (called only for a dataset that has them)."""
+    indices = dataset.indices
+    if indices is None:
+        raise CacheError(f"{dataset._where()}: no document ids to check the cache against")
+    return {"indices": array_digest(indices)}

@@ -112,7 +112,15 @@ class LazyIndexedDataset:
         self.mmap, self.fast_cache_load = bool(mmap), bool(fast_cache_load)
         self._index = index
         self._dataset = opened
-        self._lock = threading.Lock()
+
+    def _guard(self) -> threading.Lock:
+        """This dataset's lock, made at its first use (a blend of thousands of prefixes
+        opens few of them: a lock each would only be more for the garbage collector to
+        walk); ``dict.setdefault`` is atomic, so racing threads get the same one."""
+        lock = self.__dict__.get("_lock")
+        if lock is None:
+            lock = self.__dict__.setdefault("_lock", threading.Lock())
+        return lock  # type: ignore[no-any-return]
 
     # -- known without opening ---------------------------------------------------------
     @property
@@ -155,7 +163,7 @@ class LazyIndexedDataset:
         dataset = self._dataset
         if dataset is not None:
             return dataset
-        with self._lock:
+        with self._guard():
             if self._dataset is None:
                 facts = self.facts
                 if not facts.unchanged():
@@ -176,7 +184,9 @@ class LazyIndexedDataset:
     def release(self) -> None:
         """Close the open pair, if any (arrays handed out stay valid); the next access
         opens it again."""
-        with self._lock:
+        if self._dataset is None:
+            return  # nothing open (an open racing with this completes as if after it)
+        with self._guard():
             dataset, self._dataset = self._dataset, None
         if dataset is not None:
             dataset.close()
