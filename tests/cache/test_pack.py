@@ -195,7 +195,7 @@ def test_unwritable_cache_dir_is_a_cache_error(tmp_path):
 def test_pack_layout_round_trip():
     entries = {f"s{i}": bytes([i]) * (i * 37 + 1) for i in range(5)}
     data = cache_pack.pack_entries(entries)
-    assert data[:8] == b"TLIDXP01"
+    assert data[:8] == b"TLIDXP02"
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:

@@ -103,7 +103,8 @@ def test_deep_or_long_pack_table_with_a_valid_crc_is_rebuilt(tmp_path, caplog, t
     folder = cache / cache_pack.PACK_DIR
     (pack,) = os.listdir(folder)
     if table == "deep":
-        craft_pack_table(folder / pack, deep_inside({"format": "x"}, "entries"))
+        # a version 1 (JSON) table: old packs are still read, bounded in depth
+        craft_pack_table(folder / pack, deep_inside({"format": "x"}, "entries"), b"TLIDXP01")
     else:  # a table length far over the limit, in a sparse file that long
         with open(folder / pack, "r+b") as handle:
             handle.seek(8)

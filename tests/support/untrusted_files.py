@@ -17,6 +17,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 DEEP = 100_000
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -99,13 +100,15 @@ def craft_entry_header(path, text: bytes) -> None:
     Path(path).write_bytes(prefix + text + bytes(padding) + data)
 
 
-def craft_pack_table(path, text: bytes) -> None:
-    """Give the pack at ``path`` the table ``text`` with a valid CRC (its body kept)."""
+def craft_pack_table(path, text: bytes, magic: Optional[bytes] = None) -> None:
+    """Give the pack at ``path`` the table ``text`` with a valid CRC (its body kept),
+    under ``magic`` (b"TLIDXP01": a version 1 JSON table) or its own."""
     import struct
     import zlib
 
     raw = Path(path).read_bytes()
-    magic, length, _, _ = struct.unpack("<8sQII", raw[:24])
+    own, length, _, _ = struct.unpack("<8sQII", raw[:24])
+    magic = own if magic is None else magic
     body = raw[-(-(24 + length) // 64) * 64 :]
     prefix = struct.pack("<8sQII", magic, len(text), zlib.crc32(text), 0)
     padding = -(-(len(prefix) + len(text)) // 64) * 64 - len(prefix) - len(text)

@@ -40,6 +40,7 @@ from tokenloom.cache.pack_format import (
     pack_entries,
     read_entry,
     read_table,
+    read_where,
 )
 from tokenloom.errors import CacheError
 from tokenloom.process_caches import ABSOLUTE_PATHS, PACK_LISTINGS
@@ -55,6 +56,7 @@ __all__ = [
     "pack_entries",
     "read_entry",
     "read_table",
+    "read_where",
     "stems",
 ]
 
@@ -192,8 +194,8 @@ class PackListing:
         self.folder = folder
         self.lock = threading.Lock()
         self.listed: Optional[tuple[tuple[int, int], int]] = None  # (dir stat key, time)
-        # path -> (stat key, {stem: (offset, length)}, or None when the pack is unusable)
-        self.tables: dict[str, tuple[StatKey, Optional[dict[str, tuple[int, int]]]]] = {}
+        # path -> (stat key, {stem: where}, or None when the pack is unusable)
+        self.tables: dict[str, tuple[StatKey, Optional[dict[str, Where]]]] = {}
         self.damaged: dict[str, tuple[StatKey, set[str]]] = {}  # path -> (key, stems)
         self.where: dict[str, Where] = {}
 
@@ -273,7 +275,7 @@ def _relist(listing: PackListing) -> None:
         names = [n for n in os.listdir(listing.folder) if n.endswith(PACK_SUFFIX)]
     except OSError:
         return
-    found: list[tuple[StatKey, str, dict[str, tuple[int, int]]]] = []
+    found: list[tuple[StatKey, str, dict[str, Where]]] = []
     for name in names:
         path = os.path.join(listing.folder, name)
         table = _table(listing, path)
@@ -282,17 +284,18 @@ def _relist(listing: PackListing) -> None:
     where: dict[str, Where] = {}
     for key, path, entries in sorted(found, key=lambda item: (item[0][1], item[1])):
         bad_key, bad = listing.damaged.get(path, (key, set()))
-        for stem, (offset, length) in entries.items():
-            if bad_key != key or stem not in bad:
-                where[stem] = (path, offset, length)  # newer packs (by mtime) win
+        if bad_key != key or not bad:
+            where.update(entries)  # newer packs (by mtime) win
+        else:
+            where.update((s, w) for s, w in entries.items() if s not in bad)
     listing.where, listing.listed = where, ((stat.st_ino, stat.st_mtime_ns), listed_at)
     present = set(os.path.join(listing.folder, name) for name in names)
     listing.tables = {p: t for p, t in listing.tables.items() if p in present}
     listing.damaged = {p: d for p, d in listing.damaged.items() if p in present}
 
 
-def _table(listing: PackListing, path: str) -> Optional[tuple[StatKey, dict[str, tuple[int, int]]]]:
-    """``(stat key, {stem: (offset, length)})`` of the pack at ``path``; None when it is
+def _table(listing: PackListing, path: str) -> Optional[tuple[StatKey, dict[str, Where]]]:
+    """``(stat key, {stem: where})`` of the pack at ``path``; None when it is
     gone or unusable (an unusable pack is warned about once while it is unchanged)."""
     try:
         with os.fdopen(os.open(path, OPEN_FLAGS), "rb") as handle:
@@ -302,7 +305,7 @@ def _table(listing: PackListing, path: str) -> Optional[tuple[StatKey, dict[str,
             if known is not None and known[0] == key:
                 return None if known[1] is None else (key, known[1])
             if S_ISREG(stat.st_mode):
-                entries, why = read_table(handle, stat.st_size)
+                entries, why = read_where(handle, stat.st_size, path)
             else:
                 entries, why = None, "it is not a regular file"
     except FileNotFoundError:
