@@ -31,8 +31,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Union
 
-import numpy
-
 from tokenloom.attributes import read_attribute
 from tokenloom.builder.agreement import check_ranks_agree, sample_fingerprint
 from tokenloom.builder.cold_build import build_blend_in_shares, spreads
@@ -45,6 +43,7 @@ from tokenloom.builder.sizes import (
     check_sizes,
     check_sizes_against_weights,
     get_size_per_split_per_dataset,
+    split_indices,
 )
 from tokenloom.builder.startup import Startup, accepts_start_keywords
 from tokenloom.cache import EntryPacker, IndexCache
@@ -52,7 +51,7 @@ from tokenloom.datasets.blended import BlendedDataset
 from tokenloom.datasets.gpt import GPTDataset
 from tokenloom.datasets.mock import MockGPTDataset
 from tokenloom.datasets.repetition import check_repetitions
-from tokenloom.datasets.split import Split, split_document_range
+from tokenloom.datasets.split import SPLITS, Split
 from tokenloom.distributed import Communicator, build_on_rank0_then_load, get_communicator
 from tokenloom.errors import ConfigError
 
@@ -337,20 +336,16 @@ class BlendedMegatronDatasetBuilder:
         num_elements = self.cls.numel_low_level_dataset(low_level)
         fast = bool(read_attribute(self.config, "fast_cache_load", False))
         datasets: list[Optional[Any]] = []
-        for i, member in enumerate(Split):
+        for i, member in enumerate(SPLITS):
             if (bounds := split[i]) is None:
                 datasets.append(None)
                 continue
-            indices = None  # megatron-core skips the split indices under fast_cache_load
-            if not fast:
-                begin, end = split_document_range(bounds, num_elements)
-                indices = numpy.arange(begin, end, 1, dtype=numpy.int32)
+            indices, in_range = split_indices(bounds, num_elements, fast)
+            low = (low_level, dataset_path, indices, sizes[i])
             if firsts and (first := firsts.get(member)) is not None:
-                dataset = first.sibling(low_level, dataset_path, indices, sizes[i], **keywords)
+                dataset = first.sibling(*low, indices_in_range=in_range, **keywords)
             else:
-                dataset = self.cls(
-                    low_level, dataset_path, indices, sizes[i], member, self.config, **keywords
-                )
+                dataset = self.cls(*low, member, self.config, **keywords)
                 if firsts is not None and isinstance(dataset, GPTDataset):
                     firsts.setdefault(member, dataset)
             datasets.append(dataset)

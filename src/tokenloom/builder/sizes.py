@@ -20,7 +20,7 @@ import numpy
 from tokenloom.attributes import read_attribute
 from tokenloom.datasets.blended import BlendedDataset
 from tokenloom.datasets.schedule import to_arrays
-from tokenloom.datasets.split import Split, normalize
+from tokenloom.datasets.split import Split, normalize, split_document_range
 from tokenloom.errors import CacheError, ConfigError
 from tokenloom.index.schedule import scheduled_targets
 
@@ -33,6 +33,7 @@ __all__ = [
     "check_sizes",
     "check_sizes_against_weights",
     "get_size_per_split_per_dataset",
+    "split_indices",
 ]
 
 BlendSizes = tuple[Optional[list[float]], Optional[list[list[int]]], list[list[Optional[int]]]]
@@ -155,3 +156,16 @@ def check_sizes(sizes: Any) -> list[Optional[int]]:
         ):
             raise ConfigError(f"sizes[{split.name}]={size!r}: must be None or an integer >= 0")
     return [None if size is None else int(size) for size in sizes]
+
+
+def split_indices(
+    bounds: tuple[float, float], num_elements: int, fast_cache_load: bool
+) -> tuple[Optional[numpy.ndarray], bool]:
+    """The document ids of the split ``bounds`` of ``num_elements`` (``arange`` of its
+    range; None under ``fast_cache_load``, as megatron-core skips them), and whether
+    that range lies within ``[0, num_elements)`` (its ends bound the ``arange``)."""
+    if fast_cache_load:
+        return None, False
+    begin, end = split_document_range(bounds, num_elements)
+    indices = numpy.arange(begin, end, 1, dtype=numpy.int32)
+    return indices, 0 <= begin and end <= min(num_elements, 1 << 31)

@@ -11,7 +11,9 @@ a build; :class:`BuildMiddles` writes it once per build.
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import Mapping
+from json.encoder import encode_basestring_ascii as _ascii
 from typing import Any, Optional
 
 from tokenloom.builder.memo import StartupMemo
@@ -71,11 +73,12 @@ class PrefixWarmStart:
         if not isinstance(config, GPTDatasetConfig):
             return None
         middle = self.middles.text(ids, config, dataset.drop_last_partial_sequence)
-        text = (
+        path, count = ids["dataset_path"], ids["num_samples"]
+        text = (  # a str is encode_basestring_ascii's, an int its repr (json_scalar's rule)
             f'{{"class":{json_scalar(ids["class"])},"dataset_path":'
-            f'{json_scalar(ids["dataset_path"])},"num_samples":'
-            f'{json_scalar(ids["num_samples"])},"index_split":'
-            f'{json_scalar(ids["index_split"])},{middle},"sequence_count":'
+            f'{_ascii(path) if type(path) is str else json_scalar(path)},"num_samples":'
+            f"{int.__repr__(count) if type(count) is int else json_scalar(count)},"
+            f'"index_split":{json_scalar(ids["index_split"])},{middle},"sequence_count":'
             f'{json_scalar(self.facts.sequence_count)},"data":{identity_json(self.facts)}}}'
         )
         return CacheKey.from_description(type(dataset).__name__, dataset.index_split.name, text)
@@ -122,7 +125,7 @@ class BuildMiddles:
             config.add_extra_token_to_sequence,
         )
         known = self._known.get(drop_last)
-        if known is not None and all(a is b for a, b in zip(known[0], parts)):
+        if known is not None and all(map(operator.is_, known[0], parts)):
             return known[1]
         text = _middle_description(ids, config, drop_last)[1:-1]
         self._known[drop_last] = (parts, text)

@@ -126,12 +126,13 @@ class CacheKey:
         (``description``, which must be exactly that text). ``key.identifiers`` is
         the description parsed back (JSON types), on first access."""
         key = object.__new__(cls)
-        setattr_ = object.__setattr__
-        setattr_(key, "class_name", class_name)
-        setattr_(key, "split_name", split_name)
-        setattr_(key, "identifiers", _ParsedIdentifiers(description))
-        setattr_(key, "description", description)
-        setattr_(key, "hash", description_hash(description))
+        vars(key).update(  # the fields, as __init__ sets them (frozen: no __setattr__)
+            class_name=class_name,
+            split_name=split_name,
+            identifiers=_ParsedIdentifiers(description),
+            description=description,
+            hash=hashlib.md5(description.encode("utf-8"), usedforsecurity=False).hexdigest(),
+        )
         return key
 
     @property

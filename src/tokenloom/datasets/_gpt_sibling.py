@@ -78,26 +78,28 @@ class SiblingMixin:
         *,
         index_cache: Any = None,
         warm_start: Any = None,
+        indices_in_range: bool = False,
     ) -> Any:
         """``type(self)(indexed_dataset, dataset_path, indexed_indices, num_samples,
         self.index_split, self.config, build_if_missing=self.build_if_missing,
         index_cache=index_cache, warm_start=warm_start)``, without deriving again what
-        only the class and config shape (see the module docstring)."""
+        only the class and config shape (see the module docstring); with
+        ``indices_in_range`` the caller vouches for the ids' range (the builder's
+        ``arange`` of a split, checked by its ends): their values are not scanned."""
         host: Any = self
         cls: Any = type(self)
         state = self.__dict__
         plain = cls.__dict__.get("copies_siblings") is True
+        low = (indexed_dataset, dataset_path, indexed_indices, num_samples)
         if not plain or state.keys() != INIT_ATTRIBUTES or indexed_indices is None:
-            keywords = dict(index_cache=index_cache, warm_start=warm_start)
-            split, config, build = host.index_split, host.config, host.build_if_missing
-            low = (indexed_dataset, dataset_path, indexed_indices, num_samples)
-            return cls(*low, split, config, build_if_missing=build, **keywords)
-        indices = checked_indices(indexed_dataset, indexed_indices)  # as __init__, in order
+            return _constructed(host, low, index_cache, warm_start)
+        indices = indexed_indices  # checked as __init__ does, in order
+        if not (indices_in_range and type(indices) is numpy.ndarray and indices.ndim == 1):
+            indices = checked_indices(indexed_dataset, indices)
         count = checked_num_samples(num_samples)
         new: Any = object.__new__(cls)
         fresh = new.__dict__
-        for name in SHARED:
-            fresh[name] = state[name]
+        fresh.update({name: state[name] for name in SHARED})
         identifiers = OrderedDict(host.unique_identifiers)
         identifiers["dataset_path"], identifiers["num_samples"] = dataset_path, count
         fresh.update(
@@ -117,3 +119,10 @@ class SiblingMixin:
         new.cached_indices = new.cached_indices_from_cache()
         new._pending_cache = (None, None)
         return new
+
+
+def _constructed(host: Any, low: tuple[Any, ...], index_cache: Any, warm_start: Any) -> Any:
+    """``host.sibling(*low, ...)`` constructed in full."""
+    split, config, build = host.index_split, host.config, host.build_if_missing
+    keywords = dict(index_cache=index_cache, warm_start=warm_start)
+    return type(host)(*low, split, config, build_if_missing=build, **keywords)

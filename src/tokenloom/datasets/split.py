@@ -21,6 +21,7 @@ from typing import Optional
 from tokenloom.errors import ConfigError
 
 __all__ = [
+    "SPLITS",
     "Split",
     "normalize",
     "parse_and_normalize_split",
@@ -36,6 +37,9 @@ class Split(Enum):
     valid = 1
     test = 2
 
+
+SPLITS = tuple(Split)
+"""The splits in order (iterating ``Split`` itself runs a generator each time)."""
 
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
 # megatron-core reads every run of [.0-9] as a number, so any other character separates;
