@@ -79,7 +79,10 @@ def idx_path(prefix: str, absolute_prefix: Optional[str]) -> str:
     """``os.path.abspath(prefix + ".idx")``, from ``abspath(prefix)`` when that is known:
     normalising never touches a last component other than "", "." or "..", so
     appending ".idx" to such a component commutes with ``abspath``."""
-    if absolute_prefix is None or os.path.basename(prefix) in ("", ".", ".."):
+    if absolute_prefix is None:
+        return os.path.abspath(prefix + ".idx")
+    last = prefix[prefix.rfind("/") + 1 :] if type(prefix) is str else os.path.basename(prefix)
+    if last in ("", ".", ".."):  # (a str's basename: what follows its last "/")
         return os.path.abspath(prefix + ".idx")
     return absolute_prefix + ".idx"
 
