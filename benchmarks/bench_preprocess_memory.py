@@ -218,7 +218,10 @@ def plot(rows: list[dict], path: str) -> None:
     for (label, tokenizer, config), points in sorted(series.items()):
         points.sort(key=lambda r: r["input_gb"])
         style = "-" if label == "tokenloom" else "--"
-        label = {"before": "before the index spool"}.get(label, label)
+        label = {
+            "before": "before the index spool",
+            "merge-16mib": "16 MiB merge copy chunk",
+        }.get(label, label)
         axis.plot(
             [p["input_gb"] for p in points],
             [p["tree_peak_mb"] for p in points],
