@@ -151,3 +151,55 @@ def test_loader_batches_carry_attribution_from_workers(prefixes, dataloader_type
         if seen == 6:
             break
     assert seen == 6
+
+
+def _attribution(batch):
+    return [batch[n] for n in ("document_ranges", "document_range_counts", "tokens_per_source")]
+
+
+@pytest.mark.parametrize("numba", ["0", "1"])
+@pytest.mark.parametrize("kind", ["blend", "gpt"])
+def test_reused_attribution_arrays_stay_exact_and_never_overwrite_a_held_batch(
+    prefixes, kind, numba, monkeypatch
+):
+    monkeypatch.setenv("TOKENLOOM_DISABLE_NUMBA", numba)
+
+    def make():
+        return _blend(prefixes) if kind == "blend" else _gpt(prefixes[0], _config(prefixes[:1]))
+
+    calls = [[5, None, 0, 57], [59, 3, 42, 8], [8, 42, 59, None], [3, 59, 8, 42]]
+    want = [_attribution(make().get_batch(c)) for c in calls]  # each from its own pool
+    dataset = make()
+    held = _attribution(dataset.get_batch(calls[0]))  # kept: no later call may write in it
+    second = _attribution(dataset.get_batch(calls[1]))
+    assert not any(a is b for a, b in zip(held, second))
+    taken = [id(a) for a in second]
+    del second  # dropped: the pool hands the same arrays out again
+    third = _attribution(dataset.get_batch(calls[2]))
+    assert [id(a) for a in third] == taken
+    del third
+    fourth = _attribution(dataset.get_batch(calls[3]))
+    assert [id(a) for a in fourth] == taken
+    for got, expected in ((held, want[0]), (fourth, want[3])):
+        for a, b in zip(got, expected):
+            numpy.testing.assert_array_equal(a, b)
+    assert sum(want[3][2]) > 0  # tokens_per_source was zeroed, not added to
+
+
+def test_attribution_pool_pickles_empty_and_zeroes_reused_tokens():
+    import pickle
+
+    from tokenloom.datasets._ranges import AttributionPool
+
+    pool = AttributionPool()
+    first = pool.take(2, 3, 1)
+    first[2][0] = 7
+    copy = pickle.loads(pickle.dumps(pool))
+    assert copy.take(2, 3, 1)[0] is not first[0]
+    ranges = first[0]
+    del first
+    assert pool.take(2, 3, 1)[0] is not ranges  # still referenced (``ranges``): fresh
+    del ranges
+    again = pool.take(2, 3, 1)
+    assert pool.take(2, 3, 1)[0] is not again[0]  # ``again`` holds it
+    assert again[2].tolist() == [0]

@@ -27,8 +27,8 @@ from tokenloom.datasets._fast_sample import kernel_params
 from tokenloom.datasets._ranges import (
     NO_ATTRIBUTION,
     Attribution,
+    AttributionPool,
     fill_reference,
-    new_attribution,
     range_width,
     wants_ranges,
 )
@@ -271,7 +271,8 @@ def get_batch(
     if not wants_ranges(dataset.config):
         fill_rows(dataset, rows, dest, arrays)
         return arrays
-    attribution = new_attribution(len(rows), dataset.document_range_width(), 1)
+    pool: Optional[AttributionPool] = read_attribute(dataset, "attribution_pool", None)
+    attribution = (pool or AttributionPool()).take(len(rows), dataset.document_range_width(), 1)
     fill_rows(dataset, rows, dest, arrays, attribution)
     ranges, counts, tokens = attribution
     return {

@@ -10,6 +10,7 @@ nothing; the readable path computes the same with :func:`ranges_of_positions`.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy
@@ -20,6 +21,7 @@ from tokenloom.index.ranges import padded_ranges, sample_ranges
 __all__ = [
     "NO_ATTRIBUTION",
     "Attribution",
+    "AttributionPool",
     "fill_reference",
     "new_attribution",
     "range_width",
@@ -88,6 +90,54 @@ def new_attribution(batch: int, width: int, sources: int) -> Attribution:
         numpy.empty(batch, _INT64),
         numpy.zeros(sources, _INT64),
     )
+
+
+class AttributionPool:
+    """The :data:`Attribution` arrays of one dataset's ``get_batch``, reused by a later
+    call of the same shape once nothing else refers to them.
+
+    ``get_batch`` runs once per micro-batch, and three fresh arrays were most of what
+    attribution cost a call. Reuse is safe by reference count (as in the loader's
+    ``BufferPool``): a batch dict holding an array, every view of it and a
+    ``torch.from_numpy`` of it keep it referenced, so an array that only this pool
+    holds cannot be seen by anyone; the kernel (or :func:`fill_reference`) rewrites
+    every ``ranges``/``counts`` row of a batch, and ``tokens`` is zeroed here. An entry
+    is popped while in use (two threads never share one); at most :attr:`LIMIT` shapes
+    are kept; a pickled copy (a DataLoader worker) starts empty. A caller that keeps
+    every batch gets fresh arrays on every call, as without the pool."""
+
+    __slots__ = ("_free",)
+
+    LIMIT = 8
+
+    def __init__(self) -> None:
+        self._free: dict[tuple[int, int, int], Attribution] = {}
+
+    def take(self, batch: int, width: int, sources: int) -> Attribution:
+        """Outputs for ``batch`` samples of at most ``width`` rows and ``sources`` ids,
+        as :func:`new_attribution` makes them."""
+        key = (batch, width, sources)
+        free = self._free
+        held = free.pop(key, None)  # one C call: atomic under the GIL
+        if (
+            held is not None
+            # references: ``held`` (the tuple) or the tuple (its arrays), and
+            # getrefcount's argument: nothing else
+            and sys.getrefcount(held) <= 2
+            and sys.getrefcount(held[0]) <= 2
+            and sys.getrefcount(held[1]) <= 2
+            and sys.getrefcount(held[2]) <= 2
+        ):
+            held[2].fill(0)
+        else:
+            held = new_attribution(batch, width, sources)
+        if len(free) >= self.LIMIT:
+            free.clear()
+        free[key] = held
+        return held
+
+    def __reduce__(self) -> tuple[type[AttributionPool], tuple[()]]:
+        return (AttributionPool, ())  # pickled (a DataLoader worker): an empty pool
 
 
 def fill_reference(

@@ -32,7 +32,7 @@ from tokenloom.attributes import read_attribute
 from tokenloom.cache import CacheKey, IndexCache
 from tokenloom.cache.indices import CachedIndices
 from tokenloom.datasets._batch import allocate_batch, check_out, fill_rows
-from tokenloom.datasets._ranges import new_attribution, wants_ranges
+from tokenloom.datasets._ranges import AttributionPool, wants_ranges
 from tokenloom.datasets.megatron_dataset import MegatronDescription
 from tokenloom.datasets.schedule import schedule_of, to_arrays
 from tokenloom.datasets.split import Split, normalize
@@ -150,6 +150,7 @@ class BlendedDataset(MegatronDescription):
         self.config = config
         self._ranges = wants_ranges(config)  # read once: get_batch asks on every call
         self._widths: Optional[list[int]] = None
+        self.attribution_pool = AttributionPool()  # get_batch's reusable range arrays
         self.schedule = self._check_schedule()
         self.build_if_missing = bool(build_if_missing)
         self._describe()
@@ -366,7 +367,7 @@ class BlendedDataset(MegatronDescription):
             width = (
                 widths[groups[0]] if len(groups) == 1 else max([widths[j] for j in groups] or [1])
             )
-            attribution = new_attribution(len(ids), width, len(widths))
+            attribution = self.attribution_pool.take(len(ids), width, len(widths))
         if len(groups) == 1:  # one contributing dataset: no row map to build
             dest = numpy.arange(len(ids), dtype=numpy.int64)
             fill_rows(self.datasets[groups[0]], positions, dest, arrays, attribution, groups[0])

@@ -38,7 +38,7 @@ from tokenloom.datasets._gpt_low_level import (
 )
 from tokenloom.datasets._gpt_sibling import SiblingMixin
 from tokenloom.datasets._hooks import INDEX_NAMES, SIZE_HOOKS, IndexArrays, MegatronHooks
-from tokenloom.datasets._ranges import ranges_of_positions, wants_ranges
+from tokenloom.datasets._ranges import AttributionPool, ranges_of_positions, wants_ranges
 from tokenloom.datasets._sample import SampleMaker, TokenSource
 from tokenloom.datasets.config import GPTDatasetConfig
 from tokenloom.datasets.megatron_dataset import MegatronDataset, tokenizer_identity
@@ -128,6 +128,7 @@ class GPTDataset(IndexArrays, MegatronHooks, SiblingMixin, MegatronDataset):
         subclass = type(self) is not GPTDataset  # GPTDataset itself overrides no hook
         self._sample_hook = subclass and self.overrides("_query_document_sample_shuffle_indices")
         self._ranges = wants_ranges(config)
+        self.attribution_pool = AttributionPool()  # get_batch's reusable range arrays
         self._plain = not (self._sample_hook or self._ranges)  # dataset[i]'s hot path
         self._size_hooks = subclass and any(self.overrides(name) for name in SIZE_HOOKS)
         self._pending_cache = (index_cache, warm_start)
