@@ -178,3 +178,28 @@ def test_ordered_bits_sort_as_the_floats(compiled, values):
     for a, ka in zip(values, keys):
         for b, kb in zip(values, keys):
             assert (a < b) == (ka < kb) and (a == b) == (ka == kb)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    numerators=st.lists(st.integers(1, 7), min_size=2, max_size=12),
+    shift=st.integers(0, 3),
+    scale=st.sampled_from([1.0, 1.0 - 2.0**-40]),
+    size=st.integers(1, 600),
+)
+def test_fast_blend_when_no_error_is_positive(compiled, numerators, shift, scale, size):
+    """Dyadic weights with every dataset active (``target`` > datasets: level -inf).
+    Where ``w * s`` is whole for every dataset all errors are exactly 0.0 (weights
+    summing to 1.0) or all slightly negative (weights scaled by ``1 - 2**-40``): the
+    active set's maximum is not a positive float, so the kernel orders the errors by
+    their order-preserving bits (raw bits sort negative floats backwards); the scan
+    decides the same samples, the all-way tie at 0.0 included."""
+    fast, kernels = compiled
+    raw = numpy.array(numerators, dtype=numpy.float64)
+    total = 2.0 ** int(numpy.ceil(numpy.log2(raw.sum())) + shift)
+    weights = numpy.append(raw / total, 1.0 - raw.sum() / total)  # sums to exactly 1.0
+    weights = weights[weights > 0] * scale
+    empty = numpy.empty(0, dtype=numpy.int64)
+    expected = _scan(kernels, weights, size)
+    _assert_same(_fast(fast, weights, empty, size, (weights.size + 1, 10_000)), expected)
+    _assert_same(_fast(fast, weights, empty, size, (1, 7)), expected)

@@ -212,43 +212,58 @@ def greedy(
     weights, inverse, sizes, starts, members, limits = groups
     n = weights.shape[0]
     head, nxt, far_keys, far_ids, meta = queue
+    mask = meta[1]
     counts, pos, spent, act, act_w, act_c, act_key, work = new_state(n)
     errors = numpy.empty(n)
     bits = errors.view(numpy.int64)
+    ident = members[starts]  # each group's next member (members[starts + pos])
     before = numpy.int64(dataset_index.shape[0]) * 0 - 1  # not a literal: one compile
     level = rebuild(groups, counts, spent, before, target, queue, work)
     level_bits = ordered(level)
     num_active = last_rebuild = rebuilds = fallbacks = 0
     for t in range(dataset_index.shape[0]):
         s = max(numpy.float64(t), 1.0)
-        due = queues.drain(head, nxt, far_keys, far_ids, meta, t, act, num_active)
-        for k in range(num_active, due):
-            g = act[k]
-            act_w[k], act_c[k] = weights[g], numpy.float64(counts[g])
-            act_key[k] = (members[starts[g] + pos[g]] << 16) | k
-        num_active = due
-        for k in range(num_active):
-            errors[k] = act_w[k] * s - act_c[k]
+        g = head[t & mask]  # the ring's bucket of step t (queues.drain), filled in as walked
+        head[t & mask] = -1
+        while g >= 0:
+            act[num_active], act_w[num_active] = g, weights[g]
+            act_c[num_active] = numpy.float64(counts[g])
+            act_key[num_active] = (ident[g] << 16) | num_active
+            num_active += 1
+            g = nxt[g]
+        if meta[0] > 0 and far_keys[0] <= t:  # rare: due in the far heap
+            due = queues.drain_far(far_keys, far_ids, meta, t, act, num_active)
+            for k in range(num_active, due):
+                g = act[k]
+                act_w[k], act_c[k] = weights[g], numpy.float64(counts[g])
+                act_key[k] = (ident[g] << 16) | k
+            num_active = due
         top = ORDER_MIN
-        for k in range(num_active):
-            b = bits[k]
-            sign = b >> 63
-            b = ((b & ORDER_MASK) ^ sign) - sign  # as ordered(), written out
-            bits[k] = b
-            top = max(top, b)
+        for k in range(num_active):  # raw bits: the order of the floats when top > 0.0
+            errors[k] = act_w[k] * s - act_c[k]
+            top = max(top, bits[k])
+        if top <= 0:  # no positive error: the order-preserving bits (ordered())
+            top = ORDER_MIN
+            for k in range(num_active):
+                b = bits[k]
+                sign = b >> 63
+                b = ((b & ORDER_MASK) ^ sign) - sign
+                bits[k] = b
+                top = max(top, b)
         key = KEY_NONE
         for k in range(num_active):
             key = min(key, act_key[k] if bits[k] == top else KEY_NONE)
         fallback = top < level_bits
         slot = key & 0xFFFF
         best = scan_all(groups, counts, pos, spent, s) if fallback else act[slot]
-        dataset_index[t] = members[starts[best] + pos[best]]
+        dataset_index[t] = ident[best]
         dataset_sample_index[t] = counts[best]
         pos[best] += 1
         if pos[best] == sizes[best]:  # round complete: the group's count goes up
             pos[best] = 0
             counts[best] += 1
             spent[best] = limits.shape[0] > 0 and counts[best] == limits[best]
+        ident[best] = members[starts[best] + pos[best]]
         if fallback or t - last_rebuild >= period:
             fallbacks += fallback
             target = adapt_target(target, t - last_rebuild, fallback, period, n)
@@ -256,7 +271,7 @@ def greedy(
             level_bits = ordered(level)
             num_active, last_rebuild, rebuilds = 0, t, rebuilds + 1
             continue
-        act_key[slot] = (members[starts[best] + pos[best]] << 16) | slot
+        act_key[slot] = (ident[best] << 16) | slot
         if pos[best] > 0:  # same error, next member: stays active
             continue
         act_c[slot] += 1.0

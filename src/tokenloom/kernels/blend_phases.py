@@ -193,19 +193,23 @@ def phase_greedy(
             act_a[j], act_b[j], act_k[j] = a[i], b[i], k[i]
             act_c[j], act_key[j] = numpy.float64(counts[i]), (i << 16) | j
         num_active = due
+        top = ORDER_MIN  # raw bits: the floats' order when top > 0 (as blend_fast.greedy)
         if ramp:
             for j in range(num_active):
                 errors[j] = act_a[j] + act_b[j] * x + act_k[j] * y - act_c[j]
+                top = max(top, bits[j])
         else:
             for j in range(num_active):
                 errors[j] = act_a[j] + act_b[j] * x - act_c[j]
-        top = ORDER_MIN
-        for j in range(num_active):
-            v = bits[j]
-            sign = v >> 63
-            v = ((v & ORDER_MASK) ^ sign) - sign  # blend_fast.ordered, written out
-            bits[j] = v
-            top = max(top, v)
+                top = max(top, bits[j])
+        if top <= 0:  # no positive error: the order-preserving bits (blend_fast.ordered)
+            top = ORDER_MIN
+            for j in range(num_active):
+                v = bits[j]
+                sign = v >> 63
+                v = ((v & ORDER_MASK) ^ sign) - sign
+                bits[j] = v
+                top = max(top, v)
         key = KEY_NONE
         for j in range(num_active):
             key = min(key, act_key[j] if bits[j] == top else KEY_NONE)

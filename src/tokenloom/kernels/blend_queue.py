@@ -165,6 +165,19 @@ def drain(
         out[count] = ident
         count += 1
         ident = nxt[ident]
+    return drain_far(far_keys, far_ids, meta, now, out, count)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def drain_far(
+    far_keys: numpy.ndarray,
+    far_ids: numpy.ndarray,
+    meta: numpy.ndarray,
+    now: int,
+    out: numpy.ndarray,
+    count: int,
+) -> Any:  # pragma: no cover
+    """The far heap's part of :func:`drain`: append its ids due at ``now``."""
     while meta[_FAR_SIZE] > 0 and far_keys[0] <= now:
         out[count] = far_ids[0]
         count += 1
