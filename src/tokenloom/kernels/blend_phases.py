@@ -180,6 +180,7 @@ def phase_greedy(
     act_a, act_b, act_k, act_c = act_f[0], act_f[1], act_f[2], act_f[3]
     bits = errors.view(numpy.int64)
     head, nxt, far_keys, far_ids, meta = queue
+    mask = meta[1]
     level = rebuild(
         rows, counts, first, point(p, first + 1, first, length, ramp), target, queue, work
     )
@@ -187,12 +188,21 @@ def phase_greedy(
     num_active, last_rebuild, rebuilds = 0, first, 1
     for t in range(first + 1, end):
         x, y, base = point(p, t, first, length, ramp)
-        due = queues.drain(head, nxt, far_keys, far_ids, meta, t, act, num_active)
-        for j in range(num_active, due):
-            i = act[j]
-            act_a[j], act_b[j], act_k[j] = a[i], b[i], k[i]
-            act_c[j], act_key[j] = numpy.float64(counts[i]), (i << 16) | j
-        num_active = due
+        i = head[t & mask]  # the ring's bucket of step t (queues.drain), filled in as walked
+        head[t & mask] = -1
+        while i >= 0:
+            act[num_active], act_a[num_active], act_b[num_active] = i, a[i], b[i]
+            act_k[num_active], act_c[num_active] = k[i], numpy.float64(counts[i])
+            act_key[num_active] = (i << 16) | num_active
+            num_active += 1
+            i = nxt[i]
+        if meta[0] > 0 and far_keys[0] <= t:  # rare: due in the far heap
+            due = queues.drain_far(far_keys, far_ids, meta, t, act, num_active)
+            for j in range(num_active, due):
+                i = act[j]
+                act_a[j], act_b[j], act_k[j] = a[i], b[i], k[i]
+                act_c[j], act_key[j] = numpy.float64(counts[i]), (i << 16) | j
+            num_active = due
         top = ORDER_MIN  # raw bits: the floats' order when top > 0 (as blend_fast.greedy)
         if ramp:
             for j in range(num_active):
