@@ -205,10 +205,11 @@ def greedy(
     of steps after which the level is re-chosen anyway.  Returns the numbers of
     rebuilds and of fallbacks (for profiling).  The per-step work is written out here
     on purpose: numba reference-counts the array arguments of inlined helpers, which
-    doubled the cost of a step.  The active set's winner is found in three branch-free
-    passes that LLVM vectorises: the float64 errors (the C++ expression), their maximum
-    as order-preserving int64 bits, and the smallest ``id << 16 | slot`` among the
-    maxima (the lowest id wins a tie)."""  # pragma: no cover - compiled
+    doubled the cost of a step.  The active set's winner is found in two branch-free
+    passes that LLVM vectorises: the float64 errors (the C++ expression) with their
+    maximum on the raw int64 bits (the floats' order when it is positive; else redone
+    on :func:`ordered` bits), and the smallest ``id << 16 | slot`` among the maxima
+    (the lowest id wins a tie)."""  # pragma: no cover - compiled
     weights, inverse, sizes, starts, members, limits = groups
     n = weights.shape[0]
     head, nxt, far_keys, far_ids, meta = queue

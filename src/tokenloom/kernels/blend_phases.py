@@ -11,7 +11,7 @@ first reach the level ``L`` has a safe lower bound: the smaller root of ``a + b*
 q*x*x = count + L - slack`` (``q = k / (2*length)``; ``x = (count + L - slack - a) / b``
 in a constant phase), lowered by a relative margin far above the rounding of the float
 expressions. The rest is :func:`tokenloom.kernels.blend_fast.greedy`: the active set
-scanned in three vectorised passes, the winner certified when its error is ``>= L``,
+scanned in two vectorised passes, the winner certified when its error is ``>= L``,
 else an exact scan of every eligible dataset and a new level.
 
 Each phase's first sample is decided by an exact scan (a ramp's datasets from weight 0
