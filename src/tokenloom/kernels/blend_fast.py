@@ -272,12 +272,14 @@ def greedy(
             level_bits = ordered(level)
             num_active, last_rebuild, rebuilds = 0, t, rebuilds + 1
             continue
-        act_key[slot] = (ident[best] << 16) | slot
         if pos[best] > 0:  # same error, next member: stays active
+            act_key[slot] = (ident[best] << 16) | slot
             continue
-        act_c[slot] += 1.0
         step = INF_STEP if spent[best] else activation_step(inverse[best], counts[best], level, t)
-        if step > t + 1:  # below the level again: back to the queue
+        if step <= t + 1:  # still at the level: stays active, one more sample counted
+            act_key[slot] = (ident[best] << 16) | slot
+            act_c[slot] += 1.0
+        else:  # below the level again: back to the queue
             num_active -= 1
             act[slot], act_w[slot] = act[num_active], act_w[num_active]
             act_c[slot] = act_c[num_active]
