@@ -155,19 +155,23 @@ def _sampler(dataset: Any, layout: Layout, consumed: int, rank: int, memo: Any) 
     from tokenloom.training import build_batch_sampler
 
     return build_batch_sampler(
-        dataset,
-        consumed,
-        dataloader_type=layout.dataloader_type,
-        micro_batch_size=layout.micro_batch_size,
-        global_batch_size=layout.global_batch_size,
-        data_parallel_rank=rank,
-        data_parallel_size=layout.data_parallel_size,
-        data_sharding=layout.data_sharding,
-        drop_last=layout.drop_last,
-        seed=layout.seed,
-        hybrid_context_parallel=layout.hybrid_context_parallel,
-        permutations=memo,
+        dataset, consumed, **_layout_arguments(layout, rank), permutations=memo
     )
+
+
+def _layout_arguments(layout: Layout, rank: int) -> dict:
+    """The sampler arguments of ``rank`` in ``layout``, as the loader takes them."""
+    return {
+        "dataloader_type": layout.dataloader_type,
+        "micro_batch_size": layout.micro_batch_size,
+        "global_batch_size": layout.global_batch_size,
+        "data_parallel_rank": rank,
+        "data_parallel_size": layout.data_parallel_size,
+        "data_sharding": layout.data_sharding,
+        "drop_last": layout.drop_last,
+        "seed": layout.seed,
+        "hybrid_context_parallel": layout.hybrid_context_parallel,
+    }
 
 
 def _loader(dataset: Any, layout: Layout, consumed: int, rank: int, quarantine: Any = None) -> Any:
@@ -182,15 +186,7 @@ def _loader(dataset: Any, layout: Layout, consumed: int, rank: int, quarantine: 
     return build_pretraining_data_loader(
         dataset,
         consumed,
-        dataloader_type=layout.dataloader_type,
-        micro_batch_size=layout.micro_batch_size,
-        global_batch_size=layout.global_batch_size,
-        data_parallel_rank=rank,
-        data_parallel_size=layout.data_parallel_size,
-        data_sharding=layout.data_sharding,
-        drop_last=layout.drop_last,
-        seed=layout.seed,
-        hybrid_context_parallel=layout.hybrid_context_parallel,
+        **_layout_arguments(layout, rank),
         num_workers=0,
         pin_memory=False,
         **quarantined,
