@@ -46,6 +46,19 @@ def build(
     )
 
 
+def blend_of(corpora: dict, weights: dict, samples: int, **options: Any) -> Any:
+    """``build`` over ``corpora["prefixes"]`` named by ``weights`` (name -> weight), sorted
+    by name, cached in ``corpora["cache"]``."""
+    names = sorted(weights)
+    return build(
+        [corpora["prefixes"][n] for n in names],
+        [weights[n] for n in names],
+        samples,
+        corpora["cache"],
+        **options,
+    )
+
+
 def parts(dataset: Any) -> dict[str, Any]:
     """``{prefix: source dataset}`` of a blend (or of one GPTDataset)."""
     members = getattr(dataset, "datasets", None) or [dataset]

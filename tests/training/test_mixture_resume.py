@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.training._data import write_corpus
 from tests.training._mixture_reference import (
+    blend_of,
     build,
     parts,
     reference,
@@ -34,17 +35,6 @@ def corpora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("mixture")
     prefixes = {name: write_corpus(root / name, 60, seed) for seed, name in enumerate("abcd")}
     return {"prefixes": prefixes, "cache": root / "cache", "root": root}
-
-
-def blend(corpora: dict, weights: dict, samples: int, **kw: Any) -> Any:
-    names = sorted(weights)
-    return build(
-        [corpora["prefixes"][n] for n in names],
-        [weights[n] for n in names],
-        samples,
-        corpora["cache"],
-        **kw,
-    )
 
 
 mixtures = st.dictionaries(
@@ -70,8 +60,8 @@ def test_a_changed_mixture_continues_as_the_reference(
     """Reweight, add, remove, a split change and a DP change, in any combination: the
     samples served after the resume are the reference's (first batch included), and
     each source's stream goes on from its next unconsumed sample."""
-    old_blend = blend(corpora, old, 96)
-    new_blend = blend(corpora, new, 96 + grow, split=split)
+    old_blend = blend_of(corpora, old, 96)
+    new_blend = blend_of(corpora, new, 96 + grow, split=split)
     state = state_after(old_blend, steps, old_dp, micro_batch_size=MBS)
     consumed = state["consumed_samples"]
     after = served(new_blend, state, 6, new_dp, micro_batch_size=MBS)
@@ -90,8 +80,8 @@ def test_a_changed_mixture_continues_as_the_reference(
 def test_no_sample_is_repeated_or_lost_within_a_source(corpora: dict) -> None:
     """Every source's stream over the whole run (old blend, then the new one) is its
     dataset's samples in order: a continuing source's positions run on without a gap."""
-    old_blend = blend(corpora, {"a": 1.0, "b": 1.0}, 96)
-    new_blend = blend(corpora, {"a": 3.0, "c": 1.0}, 200)
+    old_blend = blend_of(corpora, {"a": 1.0, "b": 1.0}, 96)
+    new_blend = blend_of(corpora, {"a": 3.0, "c": 1.0}, 200)
     state = state_after(old_blend, 7, micro_batch_size=MBS)
     loader = build_pretraining_data_loader(new_blend, 0, micro_batch_size=MBS)
     loader.load_state_dict(state, allow_mixture_change=True)
@@ -115,8 +105,8 @@ def test_no_sample_is_repeated_or_lost_within_a_source(corpora: dict) -> None:
 def test_resuming_at_every_step_gives_the_same_global_order(corpora: dict) -> None:
     """Before and after a change, a loader resumed at every step serves the continuous
     run's samples, and every state's per-source counts are the reference streams'."""
-    old_blend = blend(corpora, {"a": 1.0, "b": 2.0}, 96)
-    new_blend = blend(corpora, {"b": 1.0, "c": 1.0, "d": 2.0}, 150)
+    old_blend = blend_of(corpora, {"a": 1.0, "b": 2.0}, 96)
+    new_blend = blend_of(corpora, {"b": 1.0, "c": 1.0, "d": 2.0}, 150)
     current = state_after(old_blend, 0, micro_batch_size=MBS)
     for step in range(5):  # plain resumes of the old blend: counts seeded from the state
         loader = build_pretraining_data_loader(old_blend, 0, micro_batch_size=MBS)
@@ -141,9 +131,9 @@ def test_resuming_at_every_step_gives_the_same_global_order(corpora: dict) -> No
 
 def test_two_changes_and_a_source_that_comes_back(corpora: dict) -> None:
     """a+b, then c only (a and b stop), then a+c: a continues where it stopped."""
-    first = blend(corpora, {"a": 1.0, "b": 1.0}, 96)
-    second = blend(corpora, {"c": 1.0}, 120)
-    third = blend(corpora, {"a": 1.0, "c": 1.0}, 200)
+    first = blend_of(corpora, {"a": 1.0, "b": 1.0}, 96)
+    second = blend_of(corpora, {"c": 1.0}, 120)
+    third = blend_of(corpora, {"a": 1.0, "c": 1.0}, 200)
     s1 = state_after(first, 4, micro_batch_size=MBS)
     loader = build_pretraining_data_loader(second, 0, micro_batch_size=MBS)
     loader.load_state_dict(s1, allow_mixture_change=True)
@@ -168,8 +158,8 @@ def test_two_changes_and_a_source_that_comes_back(corpora: dict) -> None:
 
 
 def test_a_source_past_its_saved_dataset_starts_it_over(corpora: dict, caplog: Any) -> None:
-    old_blend = blend(corpora, {"a": 1.0, "b": 1.0}, 40)
-    new_blend = blend(corpora, {"a": 1.0}, 400)
+    old_blend = blend_of(corpora, {"a": 1.0, "b": 1.0}, 40)
+    new_blend = blend_of(corpora, {"a": 1.0}, 400)
     state = state_after(old_blend, 8, micro_batch_size=MBS)
     with caplog.at_level(logging.INFO, logger="tokenloom.training.mixture_resume"):
         after = served(new_blend, state, 400, 1, micro_batch_size=MBS)
@@ -179,8 +169,8 @@ def test_a_source_past_its_saved_dataset_starts_it_over(corpora: dict, caplog: A
 
 
 def test_the_log_names_what_continues_starts_and_stops(corpora: dict, caplog: Any) -> None:
-    old_blend = blend(corpora, {"a": 1.0, "b": 1.0}, 96)
-    new_blend = blend(corpora, {"a": 1.0, "c": 1.0}, 96)
+    old_blend = blend_of(corpora, {"a": 1.0, "b": 1.0}, 96)
+    new_blend = blend_of(corpora, {"a": 1.0, "c": 1.0}, 96)
     state = state_after(old_blend, 3, micro_batch_size=MBS)
     loader = build_pretraining_data_loader(new_blend, 0, micro_batch_size=MBS)
     with caplog.at_level(logging.INFO, logger="tokenloom.training.mixture_resume"):
@@ -193,8 +183,8 @@ def test_the_log_names_what_continues_starts_and_stops(corpora: dict, caplog: An
 
 
 def test_a_changed_mixture_is_refused_without_the_opt_in(corpora: dict) -> None:
-    old_blend = blend(corpora, {"a": 1.0, "b": 1.0}, 96)
-    new_blend = blend(corpora, {"a": 2.0, "b": 1.0}, 96)
+    old_blend = blend_of(corpora, {"a": 1.0, "b": 1.0}, 96)
+    new_blend = blend_of(corpora, {"a": 2.0, "b": 1.0}, 96)
     state = state_after(old_blend, 3, micro_batch_size=MBS)
     loader = build_pretraining_data_loader(new_blend, 0, micro_batch_size=MBS)
     with pytest.raises(ConfigError, match="allow_mixture_change=True"):
@@ -207,8 +197,8 @@ def test_a_changed_mixture_is_refused_without_the_opt_in(corpora: dict) -> None:
 
 @pytest.mark.parametrize("kind", ["cyclic", "elastic"])
 def test_random_samplers_refuse_a_mixture_change(corpora: dict, kind: str) -> None:
-    old_blend = blend(corpora, {"a": 1.0, "b": 1.0}, 96)
-    new_blend = blend(corpora, {"a": 2.0, "b": 1.0}, 96)
+    old_blend = blend_of(corpora, {"a": 1.0, "b": 1.0}, 96)
+    new_blend = blend_of(corpora, {"a": 2.0, "b": 1.0}, 96)
     options = {"micro_batch_size": MBS, "dataloader_type": kind, "global_batch_size": MBS}
     state = state_after(old_blend, 3, **options)
     assert all(r["consumed"] is None for r in state["sources"].values())
@@ -220,14 +210,14 @@ def test_random_samplers_refuse_a_mixture_change(corpora: dict, kind: str) -> No
 
 def test_a_state_before_the_per_source_counts(corpora: dict) -> None:
     """/3 states load as before; a mixture change from one is refused, naming the way."""
-    old_blend = blend(corpora, {"a": 1.0, "b": 1.0}, 96)
+    old_blend = blend_of(corpora, {"a": 1.0, "b": 1.0}, 96)
     state = state_after(old_blend, 3, micro_batch_size=MBS)
     old = {k: v for k, v in state.items() if k not in ("sources", "mixture")}
     old["format"] = "tokenloom.training.loader/3"
     plain = build_pretraining_data_loader(old_blend, 0, micro_batch_size=MBS)
     plain.load_state_dict(old)
     assert plain.state_dict()["sources"] == state["sources"]  # derived from the blend
-    new_blend = blend(corpora, {"a": 2.0, "b": 1.0}, 96)
+    new_blend = blend_of(corpora, {"a": 2.0, "b": 1.0}, 96)
     loader = build_pretraining_data_loader(new_blend, 0, micro_batch_size=MBS)
     with pytest.raises(ConfigError, match="continue_blend"):
         loader.load_state_dict(old, allow_mixture_change=True)
@@ -247,8 +237,8 @@ def test_changed_files_are_refused_unless_allowed(tmp_path: Path) -> None:
 
 
 def test_another_sequence_length_is_refused(corpora: dict) -> None:
-    old_blend = blend(corpora, {"a": 1.0, "b": 1.0}, 96)
-    new_blend = blend(corpora, {"a": 2.0, "b": 1.0}, 96, sequence_length=8)
+    old_blend = blend_of(corpora, {"a": 1.0, "b": 1.0}, 96)
+    new_blend = blend_of(corpora, {"a": 2.0, "b": 1.0}, 96, sequence_length=8)
     state = state_after(old_blend, 3, micro_batch_size=MBS)
     loader = build_pretraining_data_loader(new_blend, 0, micro_batch_size=MBS)
     with pytest.raises(ConfigError, match="cannot|changed"):
@@ -256,8 +246,8 @@ def test_another_sequence_length_is_refused(corpora: dict) -> None:
 
 
 def test_skip_batches_and_blocked_documents_carry_over(corpora: dict) -> None:
-    old_blend = blend(corpora, {"a": 1.0, "b": 1.0}, 96)
-    new_blend = blend(corpora, {"a": 1.0, "c": 1.0}, 160)
+    old_blend = blend_of(corpora, {"a": 1.0, "b": 1.0}, 96)
+    new_blend = blend_of(corpora, {"a": 1.0, "c": 1.0}, 160)
     a = corpora["prefixes"]["a"]
     blocked = [f"{a}:{d}" for d in range(60)]  # every document of a
     options = {"micro_batch_size": MBS, "skip_batches": [(1, 2), (6, 8)]}
@@ -291,9 +281,9 @@ def test_a_schedule_and_a_later_change_combine(corpora: dict) -> None:
     and the new config's own schedule holds from its phase in force at the resume (the
     tail built here by hand; test_mixture_resume_ramps_moves.py covers ramps)."""
     old_schedule = [(0, [1.0, 1.0]), (20, [1.0, 3.0])]
-    old_blend = blend(corpora, {"a": 1.0, "b": 1.0}, 96, schedule=old_schedule)
+    old_blend = blend_of(corpora, {"a": 1.0, "b": 1.0}, 96, schedule=old_schedule)
     new_schedule = [(0, [1.0, 1.0]), (30, [4.0, 1.0]), (60, [1.0, 1.0])]
-    new_blend = blend(corpora, {"a": 1.0, "c": 1.0}, 120, schedule=new_schedule)
+    new_blend = blend_of(corpora, {"a": 1.0, "c": 1.0}, 120, schedule=new_schedule)
     state = state_after(old_blend, 20, micro_batch_size=MBS)  # 40 samples: the new phase 1
     consumed = state["consumed_samples"]
     after = served(new_blend, state, 20, 1, micro_batch_size=MBS)
@@ -332,8 +322,8 @@ def _scheduled_reference(
 @pytest.mark.processes
 @pytest.mark.timeout(240)
 def test_dataloader_workers_serve_the_continued_blend(corpora: dict) -> None:
-    old_blend = blend(corpora, {"a": 1.0, "b": 1.0}, 96)
-    new_blend = blend(corpora, {"b": 1.0, "c": 2.0}, 160)
+    old_blend = blend_of(corpora, {"a": 1.0, "b": 1.0}, 96)
+    new_blend = blend_of(corpora, {"b": 1.0, "c": 2.0}, 160)
     state = state_after(old_blend, 6, micro_batch_size=MBS, num_workers=1)
     plain = served(new_blend, state, 12, 2, micro_batch_size=MBS)
     workers = served(new_blend, state, 12, 2, micro_batch_size=MBS, num_workers=2)
@@ -376,7 +366,7 @@ def test_gloo_ranks_continue_a_changed_mixture(corpora: dict, tmp_path: Path, wo
     ],
 )
 def test_a_malformed_source_record_names_its_field(corpora: dict, edit: Any, where: str) -> None:
-    old_blend = blend(corpora, {"a": 1.0, "b": 1.0}, 96)
+    old_blend = blend_of(corpora, {"a": 1.0, "b": 1.0}, 96)
     state = state_after(old_blend, 3, micro_batch_size=MBS)
     p = corpora["prefixes"]["a"]
     edit(state, p)

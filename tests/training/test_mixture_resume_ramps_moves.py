@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.training._data import write_corpus
 from tests.training._mixture_reference import (
+    blend_of,
     build,
     ramp_tail,
     reference,
@@ -33,17 +34,6 @@ def corpora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("ramps")
     prefixes = {name: write_corpus(root / name, 60, seed) for seed, name in enumerate("abcd")}
     return {"prefixes": prefixes, "cache": root / "cache"}
-
-
-def blend(corpora: dict, weights: dict, samples: int, **kw: Any) -> Any:
-    names = sorted(weights)
-    return build(
-        [corpora["prefixes"][n] for n in names],
-        [weights[n] for n in names],
-        samples,
-        corpora["cache"],
-        **kw,
-    )
 
 
 schedules = st.lists(
@@ -85,8 +75,8 @@ def test_schedules_before_and_after_a_change_combine(
     blend with its own schedule and another DP size: the reference's samples, each
     source from its next unconsumed sample, the new schedule followed from the resume."""
     old_phases, new_phases = _phases(old_spec), _phases(new_spec)
-    old_blend = blend(corpora, {"a": 1.0, "b": 1.0, "c": 1.0}, 96, schedule=old_phases)
-    new_blend = blend(corpora, {"b": 1.0, "c": 1.0, "d": 1.0}, 200, schedule=new_phases)
+    old_blend = blend_of(corpora, {"a": 1.0, "b": 1.0, "c": 1.0}, 96, schedule=old_phases)
+    new_blend = blend_of(corpora, {"b": 1.0, "c": 1.0, "d": 1.0}, 200, schedule=new_phases)
     state = state_after(old_blend, steps // old_dp, old_dp, micro_batch_size=MBS)
     consumed = state["consumed_samples"]
     after = served(new_blend, state, 5, new_dp, micro_batch_size=MBS)
