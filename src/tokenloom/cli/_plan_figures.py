@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import numpy
 
+from tokenloom.attributes import read_attribute
 from tokenloom.builder.sizes import blend_sizes
 from tokenloom.datasets import _gpt_indices
 from tokenloom.datasets.split import Split, normalize, split_document_range
@@ -118,7 +119,7 @@ def _mid(config: Any, prefix: str, bounds: Any, size: Optional[int], split: Spli
         _gpt_indices.count_samples(e * tokens, seq, extra, True)
         for e in range(1, epochs.num_epochs + 1)
     ]
-    mid.shuffled = _shuffled(epochs, mid, str(getattr(config, "shuffle_mode", "exact")))
+    mid.shuffled = _shuffled(epochs, mid, str(read_attribute(config, "shuffle_mode", "exact")))
     largest = max(mid.epochs * mid.documents, int(lengths.max()) if lengths.size else 0)
     mid.index_bytes = {
         "document_index": 4 * mid.epochs * mid.documents,

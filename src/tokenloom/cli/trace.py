@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any, Optional
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 
 SPLITS = ("train", "valid", "test")
@@ -212,7 +213,7 @@ def load_run(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
 
 
 def _split_of(args: argparse.Namespace, state: Any) -> str:
-    split = getattr(args, "split", None) or "train"
+    split = read_attribute(args, "split", None) or "train"
     if split != "train" and state is not None:
         raise ConfigError(
             f"--split {split} --state: a saved loader state is the train loader's; "

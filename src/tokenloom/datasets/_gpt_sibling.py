@@ -22,6 +22,7 @@ from typing import Any, Optional
 import numpy
 
 from tokenloom.datasets._gpt_low_level import checked_indices
+from tokenloom.datasets._ranges import AttributionPool
 from tokenloom.datasets.megatron_dataset import checked_num_samples
 
 __all__ = ["INIT_ATTRIBUTES", "PER_PREFIX", "SiblingMixin"]
@@ -42,6 +43,7 @@ PER_PREFIX = frozenset(
         "cached_indices",
         "_from_cache",
         "_pending_cache",
+        "attribution_pool",
     }
 )
 """What ``__init__`` sets from the prefix (set again for each sibling)."""
@@ -87,8 +89,7 @@ class SiblingMixin:
         ``indices_in_range`` the caller vouches for the ids' range (the builder's
         ``arange`` of a split, checked by its ends): their values are not scanned."""
         host: Any = self
-        cls: Any = type(self)
-        state = self.__dict__
+        cls, state = type(self), self.__dict__
         plain = cls.__dict__.get("copies_siblings") is True
         low = (indexed_dataset, dataset_path, indexed_indices, num_samples)
         if not plain or state.keys() != INIT_ATTRIBUTES or indexed_indices is None:
@@ -115,6 +116,7 @@ class SiblingMixin:
             cache=None,
             cache_key=None,
             _pending_cache=(index_cache, warm_start),
+            attribution_pool=None if state["attribution_pool"] is None else AttributionPool(),
         )
         new.cached_indices = new.cached_indices_from_cache()
         new._pending_cache = (None, None)

@@ -128,7 +128,7 @@ class GPTDataset(IndexArrays, MegatronHooks, SiblingMixin, MegatronDataset):
         subclass = type(self) is not GPTDataset  # GPTDataset itself overrides no hook
         self._sample_hook = subclass and self.overrides("_query_document_sample_shuffle_indices")
         self._ranges = wants_ranges(config)
-        self.attribution_pool = AttributionPool()  # get_batch's reusable range arrays
+        self.attribution_pool = AttributionPool() if self._ranges else None  # ranges' arrays
         self._plain = not (self._sample_hook or self._ranges)  # dataset[i]'s hot path
         self._size_hooks = subclass and any(self.overrides(name) for name in SIZE_HOOKS)
         self._pending_cache = (index_cache, warm_start)
