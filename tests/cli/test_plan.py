@@ -297,12 +297,20 @@ def test_estimate_within_factor_2_of_a_real_cold_build(tmp_path, capsys, monkeyp
     assert 0.5 <= data["estimate"]["cache_bytes"] / cache <= 2.0, (data["estimate"], cache)
     small = tmp_path / "small"  # the golden blend: numpy routes, no kernel loading
     small.mkdir()
-    config = _write(small, **BLENDS["weighted"])
-    estimate = _plan(config, capsys)["estimate"]["cold_build_seconds"]
-    reals = []
-    for k in range(3):
-        _write(small, **BLENDS["weighted"], data_cache_path=str(small / f"cache{k}"))
-        reals.append(float(_tokenloom("-c", _COLD_BUILD, config, env=env).stdout.split()[-1]))
+    # a build of ~50 ms is at the mercy of the load: as above, up to 3 attempts, each
+    # calibrated again just before its three cold builds
+    for attempt in range(3):
+        if attempt:
+            _tokenloom("-m", "tokenloom", "plan", "--calibrate", env=env)
+        config = _write(small, **BLENDS["weighted"])
+        estimate = _plan(config, capsys)["estimate"]["cold_build_seconds"]
+        reals = []
+        for k in range(3):
+            folder = small / f"cache{attempt}-{k}"
+            _write(small, **BLENDS["weighted"], data_cache_path=str(folder))
+            reals.append(float(_tokenloom("-c", _COLD_BUILD, config, env=env).stdout.split()[-1]))
+        if 0.5 <= estimate / sorted(reals)[1] <= 2.0:
+            break
     assert 0.5 <= estimate / sorted(reals)[1] <= 2.0, (estimate, reals)
 
 
