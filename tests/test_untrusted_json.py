@@ -160,6 +160,28 @@ def test_an_allowed_stream_is_read_to_its_end(tmp_path):
         writer.join(10)
 
 
+@pytest.mark.timeout(60)
+def test_a_writer_that_comes_while_the_kind_is_checked_is_not_lost(tmp_path):
+    """The stream is read from the descriptor its kind was checked on: closing that and
+    opening the FIFO again lost a write made in between and then waited for a writer
+    forever (one in ~200 tries here, and a CI run hung on it)."""
+    for attempt in range(200):
+        fifo = tmp_path / f"config{attempt}.json"
+        os.mkfifo(fifo)
+
+        def write(path=fifo, value=attempt) -> None:
+            with open(path, "w") as handle:
+                handle.write(f'{{"seed": {value}}}')
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            got = read_json_file(fifo, what="--config file", allow_stream=True)
+        finally:
+            writer.join(10)
+        assert got == {"seed": attempt}
+
+
 def test_missing_file_keeps_its_own_error(tmp_path):
     with pytest.raises(FileNotFoundError):
         read_json_file(tmp_path / "absent.json", what="t")

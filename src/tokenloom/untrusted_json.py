@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -174,20 +175,42 @@ def read_bounded(
             return _read_at_most(descriptor, max_bytes, source, what, hint)
         if not allow_stream or stat.S_ISDIR(mode):
             raise _fail(source, what, "is not a regular file", hint)
-    finally:
-        os.close(descriptor)
-    descriptor = os.open(path, os.O_RDONLY | cloexec)  # a stream: wait for its writer
-    try:
-        return _read_at_most(descriptor, max_bytes, source, what, hint)
+        # a stream is read from this same descriptor: closing it and opening the path
+        # again would drop what a writer wrote in between (a FIFO's data lives only while
+        # one of its ends is open) and then wait for a writer that has come and gone
+        return _read_at_most(descriptor, max_bytes, source, what, hint, wait=_waiter(descriptor))
     finally:
         os.close(descriptor)
 
 
-def _read_at_most(descriptor: int, max_bytes: int, source: str, what: str, hint: str) -> bytes:
+def _waiter(descriptor: int) -> Optional[Callable[[], object]]:
+    """What blocks until the non-blocking ``descriptor`` has data or its writer has hung
+    up (``poll``: a FIFO opened before any writer reports no hang-up until one came), or
+    None where the platform has no ``poll`` (and the descriptor blocks by itself)."""
+    if not hasattr(select, "poll") or not getattr(os, "O_NONBLOCK", 0):
+        return None
+    poller = select.poll()
+    poller.register(descriptor, select.POLLIN)
+    return poller.poll
+
+
+def _read_at_most(
+    descriptor: int,
+    max_bytes: int,
+    source: str,
+    what: str,
+    hint: str,
+    wait: Optional[Callable[[], object]] = None,
+) -> bytes:
     chunks: list[bytes] = []
     total = 0
     while total <= max_bytes:
-        chunk = os.read(descriptor, min(_READ_CHUNK, max_bytes + 1 - total))
+        if wait is not None:
+            wait()
+        try:
+            chunk = os.read(descriptor, min(_READ_CHUNK, max_bytes + 1 - total))
+        except BlockingIOError:  # a stream with nothing yet: wait() again
+            continue
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
