@@ -187,9 +187,12 @@ def _waiter(descriptor: int) -> Optional[Callable[[], object]]:
     """What blocks until the non-blocking ``descriptor`` has data or its writer has hung
     up (``poll``: a FIFO opened before any writer reports no hang-up until one came), or
     None where the platform has no ``poll`` (and the descriptor blocks by itself)."""
-    if not hasattr(select, "poll") or not getattr(os, "O_NONBLOCK", 0):
+    if not getattr(os, "O_NONBLOCK", 0):
         return None
-    poller = select.poll()
+    try:
+        poller = select.poll()
+    except AttributeError:  # no poll() on this platform
+        return None
     poller.register(descriptor, select.POLLIN)
     return poller.poll
 
