@@ -298,6 +298,41 @@ def test_a_loader_state_file_gives_the_consumed_count(tmp_path, corpora, monkeyp
         assert numpy.array_equal(train[idx]["tokens"], by_count[idx]["tokens"])
 
 
+def test_a_state_file_follows_moved_pairs(tmp_path, corpora, monkeypatch, caplog):
+    """The state was saved over the pairs where they were; they moved (``cp -p``: same
+    identity), and the change file's old data_path names them where they are now. The
+    state's files and per-source counts follow the move; a copy with a new mtime is no
+    move, so its state is refused as other files."""
+    import shutil
+
+    state = _saved_state(tmp_path, corpora)
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(_change(tmp_path, corpora)))
+    by_count = _build_new(tmp_path, corpora)[0]
+    for name, copy in (("moved", shutil.copy2), ("copied", shutil.copy)):
+        (tmp_path / name).mkdir()
+        there = [str(tmp_path / name / f"c{i}") for i in range(3)]
+        for i in range(3):
+            for suffix in (".bin", ".idx"):
+                copy(corpora[i] + suffix, there[i] + suffix)
+        old = {"data_path": ["1", there[0], "1", there[1]], "train_samples": OLD_SAMPLES}
+        change = _change(
+            tmp_path / name, there, consumed_samples=None, state=str(tmp_path / "state.json"),
+            old=old,
+        )  # fmt: skip
+        monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(change))
+        if name == "copied":
+            with pytest.raises(errors.ConfigError, match="read other data files"):
+                _build_new(tmp_path / name, there)
+            continue
+        with caplog.at_level(logging.INFO, logger="tokenloom.training.saved_run"):
+            train = _build_new(tmp_path / name, there)[0]
+        assert f"{there[1]} is the saved run's {corpora[1]}, moved" in caplog.text
+        assert train.consumed == CONSUMED
+        for idx in range(CONSUMED, len(train)):
+            assert numpy.array_equal(train[idx]["tokens"], by_count[idx]["tokens"])
+
+
 def test_a_state_of_other_settings_or_files_is_refused(tmp_path, corpora, monkeypatch):
     state = _saved_state(tmp_path, corpora)
     path = tmp_path / "state.json"

@@ -11,7 +11,9 @@ digest of every byte of the ``.idx``; size and ``mtime_ns`` of the ``.bin`` (obj
 storage: sizes, ``.idx`` digest and the ``.bin``'s ETag), of the files as opened. Mock
 datasets and datasets of other kinds read no pair and contribute nothing.
 
-:func:`data_changes` compares the identities a state was saved with against a loader's.
+:func:`data_changes` compares the identities a state was saved with against a loader's;
+:func:`moved_pairs` pairs a saved prefix the loader no longer reads with the prefix it
+reads now under the same identity (a pair moved with ``mv`` or ``cp -p``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Optional
 from tokenloom.attributes import read_attribute
 from tokenloom.training.samplers import RandomSeedDataset
 
-__all__ = ["data_changes", "pair_identities", "summarize"]
+__all__ = ["data_changes", "moved_pairs", "pair_identities", "summarize"]
 
 Identity = dict[str, dict[str, Any]]
 _SHOWN = 3  # changed pairs named in a message; the rest are counted
@@ -106,6 +108,25 @@ def data_changes(
         f"{p}: read by the saved loader, not by this one" for p in saved if p not in current
     )
     return lines
+
+
+def moved_pairs(
+    saved: Mapping[str, Optional[Identity]], current: Mapping[str, Optional[Identity]]
+) -> dict[str, str]:
+    """``{saved prefix: current prefix}`` for each pair that moved: a prefix of ``saved``
+    that ``current`` does not name, whose identity is that of exactly one prefix of
+    ``current`` that ``saved`` does not name (and the other way round). Identities compare
+    whole (sizes, ``mtime_ns``, ``.idx`` digest), so a copy with a new ``mtime_ns`` is no
+    move; an identity shared by several candidates is ambiguous and moves nothing."""
+    gone = {p: i for p, i in saved.items() if p not in current and i}
+    new = {p: i for p, i in current.items() if p not in saved and i}
+    moves = {}
+    for old, identity in gone.items():
+        targets = [p for p, i in new.items() if i == identity]
+        sources = [p for p, i in gone.items() if i == identity]
+        if len(targets) == 1 and len(sources) == 1:
+            moves[old] = targets[0]
+    return moves
 
 
 def summarize(lines: list[str]) -> str:

@@ -33,13 +33,14 @@ from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 from tokenloom.training.checks import describe, is_integer
 from tokenloom.training.continued_split import ContinuedTrainSplit
-from tokenloom.training.data_identity import data_changes, pair_identities, summarize
+from tokenloom.training.data_identity import pair_identities
 from tokenloom.training.mixture import (
     ContinuedMixture,
     mixture_changes,
     old_sources,
     source_consumed,
 )
+from tokenloom.training.saved_run import check_counts, check_state, saved_dataset
 
 __all__ = [
     "ENVIRONMENT_VARIABLE",
@@ -289,45 +290,11 @@ def _sources(dataset: Any) -> dict[str, Any]:
     return {prefix: dataset for prefix in pair_identities(dataset)}
 
 
-def _check_state(change: MixtureChange, old: Any) -> None:
-    saved = change.state_dataset
-    if saved is None:
-        return
-    digest = read_attribute(old, "unique_description_hash", None)
-    if saved["length"] != len(old) or (
-        saved.get("description_hash") and digest and saved["description_hash"] != digest
-    ):
-        raise ConfigError(
-            f"mixture change {change.source}: the loader state's dataset (length "
-            f"{saved['length']}, description {saved.get('description_hash')}) is not the "
-            f"old config's train blend (length {len(old)}, description {digest}): "
-            "the 'old' settings are not the saved run's"
-        )
-    changes = data_changes(saved["files"], pair_identities(old)) if "files" in saved else []
-    if changes and not change.allow_data_change:
-        raise ConfigError(
-            f"mixture change {change.source}: the saved run read other data files: "
-            f"{summarize(changes)}. A continuing source's order is that of the files it was "
-            'saved over; if the change is deliberate set "allow_data_change": true'
-        )
-
-
-def _check_counts(change: MixtureChange, counts: Mapping[str, int]) -> None:
-    """A /4 state's per-source counts must be the rebuilt old blend's."""
-    saved = (change.state_dataset or {}).get("source_counts") or {}
-    for prefix, count in saved.items():
-        if count is not None and counts.get(prefix, 0) != count:
-            raise ConfigError(
-                f"mixture change {change.source}: the loader state counts {count} consumed "
-                f"samples of {prefix!r}, the old config's blend gives {counts.get(prefix, 0)} "
-                "at its consumed_samples: the 'old' settings are not the saved run's"
-            )
-
-
 def continue_train(change: MixtureChange, old: Any, new: Any, config: Any) -> ContinuedTrainSplit:
     """The train split after ``change``: ``old`` is the old config's train split,
     ``new`` the new config's (its added sources are used from their first sample)."""
-    _check_state(change, old)
+    saved = saved_dataset(change.state_dataset, old, change.source)
+    check_state(change.source, saved, old, change.allow_data_change)
     weights = _new_weights(config, change.source)
     consumed = change.consumed_samples
     if consumed is None:
@@ -353,7 +320,7 @@ def continue_train(change: MixtureChange, old: Any, new: Any, config: Any) -> Co
     if index is None:
         index = numpy.zeros(len(old), numpy.int16)
     counts = source_consumed(index, consumed, list(sources))
-    _check_counts(change, counts)
+    check_counts(change.source, saved, counts)
     added = {p: d for p, d in _sources(new).items() if p in weights and p not in sources}
     schedule = read_attribute(config, "blend_schedule", None)
     mixture = ContinuedMixture(

@@ -35,7 +35,12 @@ from tokenloom.attributes import read_attribute
 from tokenloom.datasets.blended import BlendedDataset
 from tokenloom.errors import ConfigError
 from tokenloom.training.continued_blend import ContinuedBlend, order_of, rebuild_source
-from tokenloom.training.data_identity import data_changes, pair_identities, summarize
+from tokenloom.training.data_identity import (
+    data_changes,
+    moved_pairs,
+    pair_identities,
+    summarize,
+)
 from tokenloom.training.mixture import mixture_changes, old_sources
 from tokenloom.training.samplers import RandomSeedDataset
 
@@ -257,24 +262,22 @@ def _follow_moves(saved: dict[str, Any], names: Mapping[str, Any]) -> dict[str, 
     gone = {n: r for n, r in saved.items() if n not in names and r.get("files")}
     if not gone:
         return saved
-    out = dict(saved)
-    for name, part in names.items():
-        if name in saved:
-            continue
-        files = pair_identities(part).get(name)
-        matches = [old for old, record in gone.items() if files and record["files"] == files]
-        if len(matches) == 1:
-            record = out.pop(matches[0])
-            out[name] = record
-            del gone[matches[0]]
-            logger.info(
-                "mixture change: %s: the pair of %s, moved (same identity): continues "
-                "(from sample %s)",
-                name,
-                matches[0],
-                record["consumed"],
-            )
-        elif files and any(_same_content(r["files"], files) for r in gone.values()):
+    current = {n: pair_identities(part).get(n) for n, part in names.items() if n not in saved}
+    moves = moved_pairs({n: r["files"] for n, r in gone.items()}, current)
+    out = {moves.get(n, n): r for n, r in saved.items()}
+    for old, name in moves.items():
+        logger.info(
+            "mixture change: %s: the pair of %s, moved (same identity): continues (from sample %s)",
+            name,
+            old,
+            out[name]["consumed"],
+        )
+    for name, files in current.items():
+        if (
+            name not in out
+            and files
+            and any(_same_content(r["files"], files) for r in gone.values())
+        ):
             logger.warning(
                 "mixture change: %s has the sizes and .idx digest of a saved source the "
                 "blend no longer names, not its mtime_ns: a new source (starts at 0); "
