@@ -223,3 +223,28 @@ def test_build_pauses_the_cyclic_collector_and_restores_it(corpora, tmp_path):
             gc.enable()
     finally:
         GPTDataset.__init__ = original
+
+
+def test_build_leaves_its_objects_old_and_nothing_frozen(corpora, tmp_path):
+    """After a build the datasets sit in the collector's oldest generation (the next young
+    collection does not walk them), nothing is left frozen, and a caller's own frozen
+    objects stay frozen."""
+    import gc
+
+    built = build(tmp_path, [10, 0, 0], blend=(corpora[:2], [1.0, 1.0]), split="100,0,0")
+    train = built[0]
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert id(train) in oldest and id(train.datasets[0]) in oldest
+    young = {id(o) for o in gc.get_objects(generation=0)}
+    assert id(train.datasets[0]) not in young
+    kept: list[object] = [[]]  # a tracked object of the caller's, frozen by the caller
+    gc.freeze()
+    try:
+        build(tmp_path, [10, 0, 0], blend=(corpora[:2], [1.0, 1.0]), split="100,0,0")
+        assert gc.get_freeze_count() > 0
+        walked = {id(o) for g in range(3) for o in gc.get_objects(generation=g)}
+        assert id(kept) not in walked  # still frozen: not unfrozen by the build
+    finally:
+        gc.unfreeze()
+    assert id(kept) in {id(o) for o in gc.get_objects(generation=2)}

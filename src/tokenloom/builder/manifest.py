@@ -65,11 +65,24 @@ def cyclic_gc_paused() -> Iterator[None]:
     process (a training process holds torch's hundreds of thousands): that made start-up
     superlinear in the number of prefixes. Reference counting still frees everything as
     usual; the collector's previous state is restored afterwards, also when the build fails.
+
+    After a build that returns, the objects the collector tracks are moved to its oldest
+    generation (``gc.freeze()`` then at once ``gc.unfreeze()``, which walks no object):
+    left young, every object the build made would be walked by the first young collection
+    that follows (30-40 ms at 10,000 prefixes), though all stay alive. Nothing stays
+    frozen; a process that froze objects itself (``gc.get_freeze_count()``) is left as it
+    is. Cyclic garbage made meanwhile waits for the next full collection.
     """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
-    finally:
+    except BaseException:
         if was_enabled:
             gc.enable()
+        raise
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
+    if was_enabled:
+        gc.enable()
