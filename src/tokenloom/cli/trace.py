@@ -224,25 +224,26 @@ def _split_of(args: argparse.Namespace, state: Any) -> str:
 
 def _resolved(dataset: Any, layout: Any, full_validation: Any) -> Any:
     """``layout`` as the loader resolves it over ``dataset``: with ``full_validation``
-    on the valid split, one ``single`` pass (the loader's own rule, resolve_options)."""
+    on the valid split, one ``single`` pass (the loader's own rule, resolved_options)."""
     from dataclasses import replace
 
-    from tokenloom.training.options import resolve_options
-    from tokenloom.training.sampler_choice import loader_options
+    from tokenloom.training.sampler_choice import resolved_options
 
-    options = loader_options(
-        layout.dataloader_type,
-        layout.micro_batch_size,
-        layout.global_batch_size,
+    options, _ = resolved_options(
+        dataset,
         0,
-        layout.data_parallel_size,
-        layout.data_sharding,
-        layout.drop_last,
-        layout.seed,
-        layout.hybrid_context_parallel,
-        None,
+        bool(full_validation),
+        dataloader_type=layout.dataloader_type,
+        micro_batch_size=layout.micro_batch_size,
+        global_batch_size=layout.global_batch_size,
+        data_parallel_rank=0,
+        data_parallel_size=layout.data_parallel_size,
+        data_sharding=layout.data_sharding,
+        drop_last=layout.drop_last,
+        seed=layout.seed,
+        hybrid_context_parallel=layout.hybrid_context_parallel,
+        skip_batches=None,
     )
-    resolve_options(dataset, options, 0, bool(full_validation))
     return replace(
         layout,
         dataloader_type=options["dataloader_type"],

@@ -23,7 +23,6 @@ from tokenloom.training.options import (
     DATALOADER_TYPES,
     check_dataloader_type,
     loader_kwargs,
-    resolve_options,
 )
 from tokenloom.training.quarantine import (
     DocumentBlocker,
@@ -33,7 +32,7 @@ from tokenloom.training.quarantine import (
     skip_end,
     skip_unit,
 )
-from tokenloom.training.sampler_choice import loader_options, make_sampler
+from tokenloom.training.sampler_choice import make_sampler, resolved_options
 from tokenloom.training.samplers import HybridCPMegatronPretrainingSampler
 from tokenloom.training.state import STATE_FORMAT, check_state, dataset_fingerprint, same_dataset
 from tokenloom.training.state_schema import OLD_STATE_FORMAT
@@ -321,19 +320,21 @@ def build_pretraining_data_loader(
     check_dataloader_type(dataloader_type)
     if dataloader_type == "external":
         return dataset
-    options = loader_options(
-        dataloader_type,
-        micro_batch_size,
-        global_batch_size,
-        data_parallel_rank,
-        data_parallel_size,
-        data_sharding,
-        drop_last,
-        seed,
-        hybrid_context_parallel,
-        skip_batches,
+    options, consumed_samples = resolved_options(
+        dataset,
+        consumed_samples,
+        full_validation,
+        dataloader_type=dataloader_type,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+        data_parallel_rank=data_parallel_rank,
+        data_parallel_size=data_parallel_size,
+        data_sharding=data_sharding,
+        drop_last=drop_last,
+        seed=seed,
+        hybrid_context_parallel=hybrid_context_parallel,
+        skip_batches=skip_batches,
     )
-    consumed_samples = resolve_options(dataset, options, consumed_samples, full_validation)
     kwargs = loader_kwargs(
         num_workers,
         pin_memory,

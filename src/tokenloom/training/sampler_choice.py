@@ -24,7 +24,7 @@ from tokenloom.training.samplers import (
     PermutationMemo,
 )
 
-__all__ = ["build_batch_sampler", "loader_options", "make_sampler"]
+__all__ = ["build_batch_sampler", "loader_options", "make_sampler", "resolved_options"]
 
 
 def loader_options(
@@ -52,6 +52,17 @@ def loader_options(
         "hybrid_context_parallel": hybrid_context_parallel,
         "skip_batches": normalize_skip_batches(skip_batches),
     }
+
+
+def resolved_options(
+    dataset: Any, consumed_samples: int, full_validation: bool, **sampler_args: Any
+) -> tuple[dict[str, Any], int]:
+    """The checked loader ``options`` of ``sampler_args`` (:func:`loader_options`'s
+    names) and the ``consumed_samples`` the pass starts at: the one option resolution
+    of both ``build_pretraining_data_loader`` and :func:`build_batch_sampler`."""
+    options = loader_options(**sampler_args)
+    consumed = resolve_options(dataset, options, consumed_samples, full_validation)
+    return options, consumed
 
 
 def make_sampler(
@@ -124,17 +135,19 @@ def build_batch_sampler(
     check_dataloader_type(dataloader_type)
     if dataloader_type == "external":
         raise ConfigError("dataloader_type='external' has no batch sampler")
-    options = loader_options(
-        dataloader_type,
-        micro_batch_size,
-        global_batch_size,
-        data_parallel_rank,
-        data_parallel_size,
-        data_sharding,
-        drop_last,
-        seed,
-        hybrid_context_parallel,
-        None,
+    options, consumed = resolved_options(
+        dataset,
+        consumed_samples,
+        full_validation,
+        dataloader_type=dataloader_type,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+        data_parallel_rank=data_parallel_rank,
+        data_parallel_size=data_parallel_size,
+        data_sharding=data_sharding,
+        drop_last=drop_last,
+        seed=seed,
+        hybrid_context_parallel=hybrid_context_parallel,
+        skip_batches=None,
     )
-    consumed = resolve_options(dataset, options, consumed_samples, full_validation)
     return make_sampler(dataset, options, consumed, permutations)
