@@ -71,6 +71,7 @@ def test_megatron_field_names_and_order():
         "sequences_per_dataset",
         "token_dtype_code",
         "context_parallel_size",
+        "inter_document_masking",  # Megatron-LM main's, at its position there
     ]
     own = [f.name for f in dataclasses.fields(GPTDatasetConfig) if f.kw_only]
     assert own == [

@@ -117,10 +117,11 @@ class MegatronHooks:
         host: Any = self
         # megatron-core 0.16.1 returns (tokens, document ids); Megatron-LM main adds a
         # third item (the sample's part lengths): the tokens come first in both
-        text = self._query_document_sample_shuffle_indices(0 if idx is None else idx)[0]
+        found = self._query_document_sample_shuffle_indices(0 if idx is None else idx)
         _, maker = host.sampler()
+        lengths = found[2] if len(found) > 2 else None
         sample: dict[str, numpy.ndarray] = maker.make_from_text(
-            numpy.asarray(text, dtype=numpy.int64), idx is None
+            numpy.asarray(found[0], dtype=numpy.int64), idx is None, lengths
         )
         return sample
 

@@ -25,6 +25,7 @@ from tokenloom.datasets._tokens import Array, TokenSource
 from tokenloom.datasets.masks import (
     causal_attention_mask,
     document_boundaries,
+    inter_document_fields,
     ltor_masks_and_position_ids,
 )
 from tokenloom.errors import ConfigError
@@ -54,6 +55,8 @@ class SampleMaker:
         self.pad = pad
         self.eod: Any = config.tokenizer.eod
         self.pad_in_data = source.may_contain(pad)
+        self.inter_document = bool(config.inter_document_masking)
+        self.wants_parts = bool(config.return_cu_seqlens) or self.inter_document
         self.cacheable = not (
             config.reset_position_ids or config.reset_attention_mask or config.eod_mask_loss
         )
@@ -113,6 +116,11 @@ class SampleMaker:
         if is_padding_sample:
             loss_mask[:] = 0.0
         sample = {"tokens": tokens, "labels": labels}
+        if self.inter_document and parts is not None:  # Megatron-LM main's layout
+            cu_seqlens, max_seqlen, positions = inter_document_fields(parts, self.seq, self.extra)
+            sample.update(loss_mask=loss_mask, position_ids=positions, cu_seqlens=cu_seqlens)
+            sample["max_seqlen"] = max_seqlen
+            return sample
         if self.config.create_attention_mask and attention is not None:
             sample["attention_mask"] = attention
         sample["loss_mask"] = loss_mask
@@ -123,11 +131,15 @@ class SampleMaker:
             sample["cu_seqlens"], sample["max_seqlen"] = document_boundaries(parts, self.seq)
         return sample
 
-    def make_from_text(self, text: Array, is_padding_sample: bool) -> dict[str, Array]:
+    def make_from_text(
+        self, text: Array, is_padding_sample: bool, lengths: Optional[Any] = None
+    ) -> dict[str, Array]:
         """The sample dict from ``seq + extra`` tokens that a subclass's
         ``_query_document_sample_shuffle_indices`` returned (megatron-core's
-        ``__getitem__``: every pad id is masked and zeroed, wherever it is). With
-        ``return_cu_seqlens`` the documents are the runs ending at each EOD token."""
+        ``__getitem__``: every pad id is masked and zeroed, wherever it is), with the
+        per-document token counts Megatron-LM main's hook returns third (``lengths``).
+        With ``return_cu_seqlens`` the documents are the runs ending at each EOD token;
+        ``inter_document_masking`` takes ``lengths``, as Megatron-LM main does."""
         text = numpy.array(text, dtype=numpy.int64)  # a copy: the fields are written
         if text.shape != (self.seq + self.extra,):
             raise ConfigError(
@@ -136,10 +148,28 @@ class SampleMaker:
                 f"{bool(self.extra)} needs {self.seq + self.extra}"
             )
         parts = None
-        if self.config.return_cu_seqlens:
+        if self.inter_document:
+            parts = self.hook_lengths(lengths)
+        elif self.config.return_cu_seqlens:
             ends = numpy.flatnonzero(text[: self.seq] == self.eod) + 1
             parts = numpy.diff(numpy.concatenate([[0], ends, [self.seq]])).astype(numpy.int64)
         return self.make(text, 0, parts, is_padding_sample)
+
+    def hook_lengths(self, lengths: Optional[Any]) -> Array:
+        """The hook's per-document token counts, checked (ConfigError if absent or bad)."""
+        parts = None if lengths is None else numpy.asarray(lengths)
+        if parts is None or parts.ndim != 1 or parts.dtype.kind not in "iu" or (parts < 0).any():
+            raise ConfigError(
+                "inter_document_masking=True needs the per-document token counts: "
+                "_query_document_sample_shuffle_indices must return (tokens, document_ids, "
+                f"document_lengths) as Megatron-LM main's does; its third item is {lengths!r}"
+            )
+        if int(parts.sum()) > self.seq + self.extra:
+            raise ConfigError(
+                f"_query_document_sample_shuffle_indices returned document_lengths summing to "
+                f"{int(parts.sum())}, more than the {self.seq + self.extra} tokens of a sample"
+            )
+        return parts.astype(numpy.int64)
 
     def fast_path_applies(self, source: TokenSource) -> bool:
         """Whether ``fill_sample`` may serve this dataset
@@ -148,7 +178,7 @@ class SampleMaker:
         return dispatch.sample_kernel_applies(
             source.tokens is not None,
             source.may_use_kernels,
-            bool(config.return_cu_seqlens),
+            self.wants_parts,
             bool(config.create_attention_mask and config.reset_attention_mask),
             self.eod,
             self.pad,
@@ -233,7 +263,7 @@ class SampleMaker:
         text = numpy.empty(self.seq + self.extra, dtype=numpy.int64)
         filled = source.gather(document_index, sample_index, row, self.extra, self.pad, text)
         parts = None
-        if self.config.return_cu_seqlens:
+        if self.wants_parts:
             parts = source.part_lengths(document_index, sample_index, row, self.extra)
         return self.make(text, filled, parts, is_padding_sample)
 

@@ -302,8 +302,11 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     """Derived: 4 (int32) when ``vocab_size > 65536``, 8 (uint16) otherwise, None if unknown."""
 
     context_parallel_size: Optional[int] = None
-    """Context parallel size (an integer >= 1, or None), used for padding packed
-    sequences."""
+    """Context parallel size (an integer >= 1, or None), for padding packed sequences."""
+
+    inter_document_masking: bool = False
+    """Megatron-LM main: samples add ``cu_seqlens`` (document bounds, int32, padded to
+    seq + 1 with seq) and ``max_seqlen``; positions restart per document; no attention_mask."""
 
     return_cu_seqlens: bool = field(default=False, kw_only=True)
     """tokenloom extension (keyword only, so that subclasses' fields keep megatron-core's
@@ -355,6 +358,7 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
             "drop_last_partial_validation_sequence",
             "add_extra_token_to_sequence",
             "hybrid_context_parallel",
+            "inter_document_masking",
             "return_cu_seqlens",
             "return_document_ranges",
         ):

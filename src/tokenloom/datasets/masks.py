@@ -19,6 +19,7 @@ __all__ = [
     "reference_ltor_masks_and_position_ids",
     "causal_attention_mask",
     "document_boundaries",
+    "inter_document_fields",
 ]
 
 
@@ -121,3 +122,38 @@ def document_boundaries(
     cu_seqlens[-1] = seq_length
     max_seqlen = numpy.array(numpy.diff(cu_seqlens).max(), dtype=numpy.int32)
     return cu_seqlens, max_seqlen
+
+
+def inter_document_fields(
+    part_lengths: numpy.ndarray, seq_length: int, extra: int
+) -> tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
+    """``(cu_seqlens, max_seqlen, position_ids)`` of Megatron-LM main's
+    ``inter_document_masking`` for a sample of documents of ``part_lengths`` (the tokens
+    read from each, the ``extra`` label token included in the last, padding not).
+
+    The extra token leaves the last part (which goes when that empties it); a sample
+    shorter than ``seq_length`` (padded) gives the shortfall to its last part (or to a
+    part of its own when none is left). ``cu_seqlens`` is int32 ``[0, ..., seq_length]``
+    padded with ``seq_length`` to ``seq_length + 1`` entries, so that samples stack;
+    ``max_seqlen`` its longest part (int32 scalar); ``position_ids`` restart at 0 at each
+    part (int64).
+    """
+    lengths = [int(n) for n in part_lengths]
+    if extra and lengths:
+        lengths[-1] -= extra
+        if lengths[-1] == 0:
+            lengths.pop()
+    shortfall = seq_length - sum(lengths)
+    if shortfall > 0:
+        if lengths:
+            lengths[-1] += shortfall
+        else:
+            lengths.append(shortfall)
+    ends = numpy.cumsum([0, *lengths], dtype=numpy.int64)
+    cu_seqlens = numpy.full(seq_length + 1, seq_length, dtype=numpy.int32)
+    shown = min(ends.shape[0], seq_length + 1)  # empty parts past the end are not shown
+    cu_seqlens[:shown] = ends[:shown]
+    max_seqlen = numpy.array(numpy.diff(ends).max(), dtype=numpy.int32)
+    starts = numpy.repeat(ends[:-1], lengths)
+    position_ids = numpy.arange(seq_length, dtype=numpy.int64) - starts[:seq_length]
+    return cu_seqlens, max_seqlen, position_ids

@@ -174,6 +174,35 @@ def _sequence_length(dataset: Any, indices: Sequence[int]) -> int:
     return int(length)
 
 
+def _fill(
+    dataset: Any,
+    indices: list[int],
+    views: dict[str, numpy.ndarray],
+    batch: dict[str, torch.Tensor],
+    batched: bool,
+) -> list[Any]:
+    """Fill ``views`` (and the blend and attribution fields of ``batch``) by one
+    ``get_batch`` call when ``batched`` and the dataset has one, else sample by sample;
+    the samples read one by one (empty after ``get_batch``)."""
+    if batched and has_attribute(dataset, "get_batch"):
+        result = dataset.get_batch(indices, out=views)
+        if "dataset_id" in result:
+            batch["dataset_id"] = torch.from_numpy(numpy.array(result["dataset_id"]))
+        if "document_ranges" in result:  # arrays of this call's own: no copy needed
+            for name in ATTRIBUTION_FIELDS:
+                batch[name] = torch.from_numpy(result[name])
+        return []
+    samples = _stack_rows(dataset, indices, views)
+    if samples and "dataset_id" in samples[0]:
+        batch["dataset_id"] = torch.tensor(
+            [int(s["dataset_id"]) for s in samples], dtype=torch.int16
+        )
+    if samples and "document_ranges" in samples[0]:
+        sources = len(read_attribute(dataset, "datasets", None) or [None])
+        batch.update(_attribution(samples, views["loss_mask"], sources))
+    return samples
+
+
 def collate_batch(
     dataset: Any,
     indices: Sequence[int],
@@ -183,11 +212,15 @@ def collate_batch(
     eod: Optional[int] = None,
     pin: bool = False,
     pool: Optional[BufferPool] = None,
+    inter_document: bool = False,
 ) -> dict[str, torch.Tensor]:
     """One micro-batch ``indices`` of ``dataset`` as a dict of torch tensors.
 
     ``attention_mask``: ``"none"``, ``"causal"`` (one causal mask expanded over the batch,
     no copy) or ``"per_sample"`` (each sample's own mask, for ``reset_attention_mask``).
+    ``inter_document``: the samples carry their own ``cu_seqlens`` and ``max_seqlen``
+    (``inter_document_masking``), stacked as ``[b, s + 1]`` and ``[b]`` as PyTorch's
+    default collate stacks Megatron-LM main's.
     """
     indices = list(indices)
     if not indices:
@@ -195,23 +228,8 @@ def collate_batch(
     tensors = _allocate(len(indices), _sequence_length(dataset, indices), pin, pool)
     views = {name: tensor.numpy() for name, tensor in tensors.items()}
     batch: dict[str, torch.Tensor] = dict(tensors)
-    samples: list[Any] = []
-    if has_attribute(dataset, "get_batch") and not isinstance(dataset, RandomSeedDataset):
-        result = dataset.get_batch(indices, out=views)
-        if "dataset_id" in result:
-            batch["dataset_id"] = torch.from_numpy(numpy.array(result["dataset_id"]))
-        if "document_ranges" in result:  # arrays of this call's own: no copy needed
-            for name in ATTRIBUTION_FIELDS:
-                batch[name] = torch.from_numpy(result[name])
-    else:
-        samples = _stack_rows(dataset, indices, views)
-        if samples and "dataset_id" in samples[0]:
-            batch["dataset_id"] = torch.tensor(
-                [int(s["dataset_id"]) for s in samples], dtype=torch.int16
-            )
-        if samples and "document_ranges" in samples[0]:
-            sources = len(read_attribute(dataset, "datasets", None) or [None])
-            batch.update(_attribution(samples, views["loss_mask"], sources))
+    batched = not (inter_document or isinstance(dataset, RandomSeedDataset))
+    samples = _fill(dataset, indices, views, batch, batched)
     if attention_mask == "causal":
         s = tensors["tokens"].shape[1]
         batch["attention_mask"] = _causal(s).expand(len(indices), 1, s, s)
@@ -220,7 +238,10 @@ def collate_batch(
         batch["attention_mask"] = torch.from_numpy(
             numpy.stack([numpy.asarray(r["attention_mask"], dtype=bool) for r in rows])
         )
-    if with_cu_seqlens and eod is not None:
+    if inter_document and samples:
+        for name in ("cu_seqlens", "max_seqlen"):
+            batch[name] = torch.from_numpy(numpy.stack([numpy.asarray(r[name]) for r in samples]))
+    elif with_cu_seqlens and eod is not None:
         batch["cu_seqlens"], batch["max_seqlen"] = cu_seqlens(tensors["tokens"], eod)
     return batch
 
@@ -252,6 +273,7 @@ class BatchFetcher(torch.utils.data.Dataset[Any]):
         self.eod = eod
         self.pin = pin
         self.per_sample = per_sample
+        self.inter_document = _inter_document(dataset)
         self.pool = BufferPool()
 
     def __len__(self) -> int:
@@ -269,6 +291,7 @@ class BatchFetcher(torch.utils.data.Dataset[Any]):
             eod=self.eod,
             pin=self.pin and not _in_worker(),
             pool=self.pool,
+            inter_document=self.inter_document,
         )
         if self.blocker is not None:
             self.blocker.mask(self.dataset, indices, batch["loss_mask"])
@@ -277,8 +300,17 @@ class BatchFetcher(torch.utils.data.Dataset[Any]):
         return [{name: value[row] for name, value in batch.items()} for row in range(len(indices))]
 
 
+def _inter_document(dataset: Any) -> bool:
+    """Whether the dataset's config asks for Megatron-LM main's inter-document layout."""
+    target = dataset.dataset if isinstance(dataset, RandomSeedDataset) else dataset
+    config = read_attribute(target, "config", None)
+    return bool(read_attribute(config, "inter_document_masking", False))
+
+
 def _resolve_attention(dataset: Any, create_attention_mask: Optional[bool]) -> str:
     config = read_attribute(dataset, "config", None)
+    if _inter_document(dataset):
+        return "none"  # Megatron-LM main's samples have no attention_mask then
     if create_attention_mask is None:
         create_attention_mask = bool(read_attribute(config, "create_attention_mask", False))
     if not create_attention_mask:
