@@ -105,6 +105,10 @@ def test_every_sample_is_megatron_main_s_layout(golden_dir: Path, extra: bool) -
     last = plain[1][len(plain[1]) - 1]
     assert last["loss_mask"].sum() < SEQ  # the padded last validation sample was seen
     assert not masked[0][None]["loss_mask"].any()
+    batch = masked[0].get_batch([*range(len(plain[0])), None])  # stacks self[i]
+    for row, idx in enumerate([*range(len(plain[0])), None]):
+        for name, value in batch.items():
+            assert numpy.array_equal(value[row], masked[0][idx][name]), (idx, name)
 
 
 def test_mock_dataset_and_the_config_check() -> None:

@@ -352,8 +352,8 @@ class GPTDataset(IndexArrays, MegatronHooks, SiblingMixin, MegatronDataset):
         if inputs is None or inputs.bound is not arrays:
             source, maker = self.sampler()
             inputs = self._batch_inputs = BatchInputs(source, maker, arrays, len(self))
-            if self.samples_by_hook():  # rows come from self[i] (a subclass's samples)
-                inputs.kernel_args = None
+            if self.samples_by_hook() or self.config.inter_document_masking:
+                inputs.kernel_args = None  # rows from self[i]: a hook's, main's positions
         return inputs
 
     def get_batch(
