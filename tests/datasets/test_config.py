@@ -71,19 +71,22 @@ def test_megatron_field_names_and_order():
         "sequences_per_dataset",
         "token_dtype_code",
         "context_parallel_size",
-        "inter_document_masking",  # Megatron-LM main's, at its position there
     ]
     own = [f.name for f in dataclasses.fields(GPTDatasetConfig) if f.kw_only]
-    assert own == [
-        "build_on_all_ranks",
-        "blend_schedule",
-        "max_epochs_per_source",
-        "return_cu_seqlens",
-        "return_document_ranges",
-        "object_storage_config",
-        "max_open_bin_files",
-        "shuffle_mode",
-    ]
+    assert (
+        own
+        == [
+            "build_on_all_ranks",
+            "blend_schedule",
+            "max_epochs_per_source",
+            "inter_document_masking",  # Megatron-LM main's; keyword only, so 0.16.1's subclasses keep their positions
+            "return_cu_seqlens",
+            "return_document_ranges",
+            "object_storage_config",
+            "max_open_bin_files",
+            "shuffle_mode",
+        ]
+    )
     derived = {f.name for f in dataclasses.fields(GPTDatasetConfig) if not f.init}
     assert derived == {"split_matrix", "mock", "token_dtype_code"}
 

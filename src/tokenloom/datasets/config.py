@@ -304,7 +304,7 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     context_parallel_size: Optional[int] = None
     """Context parallel size (an integer >= 1, or None), for padding packed sequences."""
 
-    inter_document_masking: bool = False
+    inter_document_masking: bool = field(default=False, kw_only=True)
     """Megatron-LM main: samples add ``cu_seqlens`` (document bounds, int32, padded to
     seq + 1 with seq) and ``max_seqlen``; positions restart per document; no attention_mask."""
 
