@@ -90,7 +90,11 @@ class SampleMaker:
         """``(attention_mask, loss_mask, position_ids)`` of one sample."""
         if self.cacheable:
             return self.causal, self.ones.copy(), self.positions.copy()
-        per_sample_attention = self.causal is not None and bool(self.config.reset_attention_mask)
+        per_sample_attention = (  # none under inter_document_masking: no mask is given
+            self.causal is not None
+            and bool(self.config.reset_attention_mask)
+            and not self.inter_document
+        )
         attention, loss_mask, positions = ltor_masks_and_position_ids(
             tokens,
             self.eod,
