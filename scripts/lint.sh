@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Static checks, as CI runs them: ruff (lint and format) and mypy (strict for format/,
+# Static checks, as CI runs them: ruff (lint, format, and a docstring on every public name
+# of the library) and mypy (strict for format/,
 # cache/, index/ and kernels/; configured in pyproject.toml). Needs .venv from
 # scripts/test.sh (or any environment with `pip install -e '.[lint]'`, which pins the
 # exact ruff and mypy versions: a new release of either cannot turn CI red).

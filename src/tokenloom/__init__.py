@@ -1,5 +1,26 @@
 """tokenloom: Megatron-compatible LLM data pipeline without Megatron.
 
+The data path, one package per numbered step (docs/architecture.md; a README in each
+package's folder lists its modules)::
+
+    text (JSONL, Parquet, HF datasets)
+      |  1 preprocess   tokenize, write Megatron's bytes (one machine, a pool, or Ray)
+      v
+    PREFIX.bin / PREFIX.idx  (+ PREFIX.json provenance)
+      |  2 format       IndexedDataset: mmap, file reads, s3:// and msc://
+      v
+    sequences and documents
+      |  3 index        document, sample, shuffle, blending indices (kernels + reference)
+      |  4 cache        content-addressed, validated, atomic index caches
+      v
+    GPTDataset / BlendedDataset      5 datasets: megatron-core's samples, dataset[i]
+      |  6 builder      every split of a config; rank 0 builds or all ranks build shares
+      v
+    samplers -> DataLoader -> batch  7 training: exact and elastic resume, mixture
+      |                                changes, quarantine
+      v  7 packing      DP x CP sequence packing, THD batches
+    the training step
+
 The names below follow megatron-core, so migrating is a change of imports::
 
     from tokenloom import BlendedMegatronDatasetBuilder, GPTDatasetConfig, GPTDataset

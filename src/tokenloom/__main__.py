@@ -1,3 +1,5 @@
+"""``python -m tokenloom``: the ``tokenloom`` command line."""
+
 import sys
 
 from tokenloom.cli.main import main

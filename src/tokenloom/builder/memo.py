@@ -194,6 +194,7 @@ class StartupMemo:
                 self._dirty = True
 
     def record_length(self, stem: str, length: int) -> None:
+        """Record the length of the entry ``stem`` (marks the memo dirty if it changed)."""
         with self._lock:
             if self._lengths.get(stem) != int(length):
                 self._lengths[stem] = int(length)

@@ -272,6 +272,7 @@ class LazyArrays:
 
     @property
     def loaded(self) -> bool:
+        """Whether the entry's arrays have been read yet."""
         return self._arrays is not None
 
     def __getitem__(self, name: str) -> numpy.ndarray:

@@ -36,6 +36,7 @@ WIDTH = 100
 
 
 def register(subparsers) -> None:
+    """Add the ``demo`` subcommand and its flags to ``subparsers``."""
     parser = subparsers.add_parser(
         "demo",
         help="see the whole pipeline work on real text (offline, < 1 min)",
@@ -99,6 +100,7 @@ def _check(args) -> None:
 
 
 def run(args) -> int:
+    """Run ``tokenloom demo``: preprocess the embedded text, build, and print samples."""
     _check(args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # --workers is the knob
     from tokenloom.preprocess.stdlib_corpus import stdlib_root, write_stdlib_corpora

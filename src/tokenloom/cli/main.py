@@ -56,6 +56,7 @@ def _installed_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``tokenloom`` argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
         prog="tokenloom",
         description=_DESCRIPTION,

@@ -91,6 +91,7 @@ BOUNDS = (
 
 
 def register(subparsers) -> None:
+    """Add the ``preprocess`` subcommand and its flags to ``subparsers``."""
     parser = subparsers.add_parser(
         "preprocess",
         help="tokenize JSONL/Parquet/HF datasets into .bin/.idx pairs",
@@ -247,6 +248,7 @@ def _check_remote_output(args) -> None:
 
 
 def run(args) -> int:
+    """Run ``tokenloom preprocess`` with the parsed ``args``; the exit status."""
     from tokenloom.preprocess import preprocess
     from tokenloom.preprocess.ray_engine.cli import engine_from_args
     from tokenloom.storage.staging import staged_output

@@ -205,6 +205,7 @@ def print_sources(name: str, dataset: Any, warn_repeats: float) -> list[dict[str
 
 
 def dataset_sequence_length(dataset: Any) -> int:
+    """The ``sequence_length`` of the config ``dataset`` (or its first part) was built with."""
     parts, _, _ = parts_of(dataset)
     return int(parts[0].config.sequence_length)
 

@@ -112,10 +112,12 @@ class MockGPTDataset(GPTDataset):
 
     @staticmethod
     def numel_low_level_dataset(low_level_dataset: MockGPTLowLevelDataset) -> int:
+        """Number of documents of the mock low-level dataset (Megatron's hook)."""
         return len(low_level_dataset)
 
     @staticmethod
     def build_low_level_dataset(  # type: ignore[override]  # a stand-in for IndexedDataset
         dataset_path: Optional[str], config: GPTDatasetConfig
     ) -> MockGPTLowLevelDataset:
+        """The mock low-level dataset for ``config`` (``dataset_path`` is ignored)."""
         return MockGPTLowLevelDataset(config.tokenizer)

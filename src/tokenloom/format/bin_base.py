@@ -61,6 +61,7 @@ class BinReader(ABC):
 
 
 def short_read(path: str, count: int, offset: int, itemsize: int, got_bytes: int) -> FormatError:
+    """The FormatError for a read of ``count`` tokens at ``offset`` that got only ``got_bytes``."""
     return FormatError(
         f"{path}: data file too short: reading {count} tokens ({count * itemsize} bytes) at byte "
         f"offset {offset} returned only {got_bytes} bytes; the .bin is truncated or does not "
@@ -69,10 +70,12 @@ def short_read(path: str, count: int, offset: int, itemsize: int, got_bytes: int
 
 
 def open_data_file(path: str) -> io.FileIO:
+    """``path`` opened unbuffered for reading, refused unless a regular file."""
     return open_regular_file(path, "data", buffering=0)
 
 
 def stat_identity(stat: os.stat_result) -> tuple[int, int, int, int]:
+    """``(device, inode, size, mtime_ns)`` of ``stat``: what identifies an open ``.bin``."""
     return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 

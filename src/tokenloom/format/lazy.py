@@ -125,22 +125,27 @@ class LazyIndexedDataset:
     # -- known without opening ---------------------------------------------------------
     @property
     def path_prefix(self) -> str:
+        """The pair's prefix (known without opening it)."""
         return self.facts.prefix
 
     @property
     def multimodal(self) -> bool:
+        """Always False: a lazily opened pair is a plain (non-multimodal) one."""
         return False
 
     @property
     def dtype(self) -> type:
+        """The token dtype recorded in the ``.idx`` (known without opening the pair)."""
         return DType.dtype_from_code(self.facts.dtype_code)
 
     @property
     def dtype_code(self) -> int:
+        """The ``.idx`` dtype code (known without opening the pair)."""
         return self.facts.dtype_code
 
     @property
     def sequences_per_dataset(self) -> tuple[int, int]:
+        """``(sequence count, document count)`` from the recorded facts."""
         return self.facts.sequence_count, self.facts.document_count
 
     def __len__(self) -> int:
@@ -205,46 +210,56 @@ class LazyIndexedDataset:
     # -- sections (from the parsed index while unopened) -------------------------------
     @property
     def sequence_lengths(self) -> numpy.ndarray:
+        """Length of every sequence; from the parsed ``.idx`` while unopened."""
         if self._dataset is None and self._index is not None:
             return self._index.lengths
         return self.dataset().sequence_lengths
 
     @property
     def sequence_pointers(self) -> numpy.ndarray:
+        """Byte offset of every sequence in the ``.bin``; from the parsed ``.idx`` while unopened."""
         if self._dataset is None and self._index is not None:
             return self._index.pointers
         return self.dataset().sequence_pointers
 
     @property
     def document_indices(self) -> numpy.ndarray:
+        """Megatron's document indices; from the parsed ``.idx`` while unopened."""
         if self._dataset is None and self._index is not None:
             return self._index.documents
         return self.dataset().document_indices
 
     def get_document_indices(self) -> numpy.ndarray:
+        """Megatron's ``get_document_indices()``: the document indices."""
         return self.document_indices
 
     # -- everything else opens the pair ------------------------------------------------
     @property
     def sequence_modes(self) -> Optional[numpy.ndarray]:
+        """The multimodal sequence modes (opens the pair)."""
         return self.dataset().sequence_modes
 
     @property
     def tokens(self) -> Optional[numpy.ndarray]:
+        """The ``.bin``'s tokens as one array, where the reader maps it (opens the pair)."""
         return self.dataset().tokens
 
     @property
     def bin_reader(self) -> Any:
+        """The pair's ``.bin`` reader (opens the pair)."""
         return self.dataset().bin_reader
 
     @property
     def closed(self) -> bool:
+        """Whether the pair is not open (never opened, or closed since)."""
         return self._dataset is None or self._dataset.closed
 
     def set_document_indices(self, document_indices: numpy.ndarray) -> None:
+        """Megatron's ``set_document_indices()``, on the opened pair."""
         self.dataset().set_document_indices(document_indices)
 
     def get(self, idx: int, offset: int = 0, length: Optional[int] = None) -> Any:
+        """Megatron's ``get(idx, offset, length)``: part of sequence ``idx`` (opens the pair)."""
         return self.dataset().get(idx, offset, length)
 
     def __getitem__(self, idx: Union[int, slice]) -> Any:
@@ -255,6 +270,7 @@ class LazyIndexedDataset:
 
     @staticmethod
     def exists(path_prefix: str) -> bool:
+        """Whether both files of ``path_prefix`` exist (``IndexedDataset.exists``)."""
         return IndexedDataset.exists(path_prefix)
 
     def __repr__(self) -> str:

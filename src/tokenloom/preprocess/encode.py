@@ -62,6 +62,7 @@ class KeyOutput:
 
     @property
     def documents(self) -> int:
+        """Number of documents in the batch."""
         return int(self.sequence_counts.shape[0])
 
 

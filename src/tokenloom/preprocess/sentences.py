@@ -80,6 +80,7 @@ class RuleSentenceSplitter:
         return cuts
 
     def __call__(self, text: str) -> list[str]:
+        """``text`` split into sentences."""
         pieces, start = [], 0
         for cut in self._cuts(text) + [len(text)]:
             if cut > start:
@@ -118,6 +119,7 @@ class PunktSplitter:
         self._split = _load_punkt(self.lang, self.data_dir, self.keep_newlines)
 
     def __call__(self, text: str) -> list[str]:
+        """``text`` split into sentences."""
         return list(self._split(text))
 
 

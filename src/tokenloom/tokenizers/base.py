@@ -134,6 +134,7 @@ class BaseTokenizer:
         return self.encode_batch([text])[0]
 
     def decode(self, ids) -> str:
+        """The text of ``ids`` (adapters that can decode override this)."""
         raise NotImplementedError
 
     @staticmethod

@@ -212,6 +212,7 @@ class PermutationMemo:
         self.value: Optional[numpy.ndarray] = None
 
     def get(self, size: int, seed: int) -> numpy.ndarray:
+        """The permutation of ``range(size)`` for ``seed``, computed once per key and read-only."""
         value = self.value
         if value is None or self.key != (size, seed):
             value = randperm(size, seed)
