@@ -132,6 +132,7 @@ RANKS: dict[str, int] = {
     "process_caches": 1,
     "progress": 1,
     "untrusted_json": 1,
+    "plugins": 1,
     # 2: foundations (numba kernels, object storage, tokenizers, rank coordination)
     "kernels": 2,
     "storage": 2,

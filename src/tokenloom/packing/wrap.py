@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from tokenloom import plugins
 from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 from tokenloom.packing._comm import resolve_device
@@ -20,14 +21,33 @@ SCHEDULERS: dict[str, type[BasePackingScheduler]] = {
     "dp_balanced": DpBalancedScheduler,
     "cost_balanced": CostBalancedScheduler,
 }
-"""Scheduler classes by ``config.sequence_packing_scheduler`` name (read-only table)."""
+"""The built-in scheduler classes by ``config.sequence_packing_scheduler`` name (read-only
+table); installed plugins add theirs (entry points of ``tokenloom.packing_schedulers``,
+:mod:`tokenloom.plugins`)."""
+PLUGIN_GROUP = "tokenloom.packing_schedulers"
+
+
+def scheduler_class(name: str) -> type[BasePackingScheduler]:
+    """The scheduler class called ``name``: a built-in, else an installed plugin's."""
+    if name in SCHEDULERS:
+        return SCHEDULERS[name]
+    plugin = plugins.find(PLUGIN_GROUP, name, SCHEDULERS)
+    if plugin is None:
+        known = sorted(SCHEDULERS) + plugins.names(PLUGIN_GROUP, SCHEDULERS)
+        raise ConfigError(f"sequence_packing_scheduler {name!r} is not one of {known}")
+    cls = plugins.load(plugin)
+    if not (isinstance(cls, type) and issubclass(cls, BasePackingScheduler)):
+        raise ConfigError(
+            f"packing scheduler plugin {name!r} ({plugin.value}, from {plugin.distribution}) "
+            "is not a tokenloom.packing.BasePackingScheduler subclass"
+        )
+    return cls
 
 
 def make_scheduler(config: Any, cp_size: int, dp_size: int) -> BasePackingScheduler:
     """The scheduler ``config.sequence_packing_scheduler`` names, built from ``config``."""
-    name = str(read_attribute(config, "sequence_packing_scheduler", "dp_balanced")).lower()
-    if name not in SCHEDULERS:
-        raise ConfigError(f"sequence_packing_scheduler {name!r} is not one of {sorted(SCHEDULERS)}")
+    name = str(read_attribute(config, "sequence_packing_scheduler", "dp_balanced"))
+    cls = scheduler_class(name.lower() if name.lower() in SCHEDULERS else name)
     limit = read_attribute(config, "max_seqlen_per_dp_cp_rank", None)
     if limit is None:
         raise ConfigError("config.max_seqlen_per_dp_cp_rank is required for sequence packing")
@@ -35,7 +55,7 @@ def make_scheduler(config: Any, cp_size: int, dp_size: int) -> BasePackingSchedu
     group = (
         None if vpp is None else read_attribute(config, "microbatch_group_size_per_vp_stage", None)
     )
-    return SCHEDULERS[name](limit, cp_size, dp_size, group)
+    return cls(limit, cp_size, dp_size, group)
 
 
 def wrap_data_iterator(

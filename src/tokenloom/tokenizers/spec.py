@@ -10,17 +10,23 @@ Accepted specs::
     PATH                         detected: *.json or a folder with tokenizer.json -> hf,
                                  *.tiktoken -> tiktoken, *.model -> sentencepiece
     NAME                         a tiktoken encoding name (cl100k_base, o200k_base, ...)
+    KIND:LOCATION                a plugin's kind: an installed distribution's entry point
+                                 in the ``tokenloom.tokenizers`` group
+                                 (:mod:`tokenloom.plugins`)
 """
 
 from __future__ import annotations
 
 import os
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
+from tokenloom import plugins
 from tokenloom.errors import TokenizerError
 from tokenloom.tokenizers.base import BaseTokenizer
 
 KINDS = ("bytes", "hf", "tiktoken", "sentencepiece")
+"""The built-in kinds; installed plugins add theirs (:func:`plugin_kinds`)."""
+PLUGIN_GROUP = "tokenloom.tokenizers"
 _ALIASES = {
     "byte": "bytes",
     "bytes": "bytes",
@@ -33,8 +39,13 @@ _ALIASES = {
 SPEC_HELP = (
     "bytes | hf:tokenizer.json (or hf:vocab.json with --merge-file merges.txt) | "
     "tiktoken:file.tiktoken | tiktoken:cl100k_base | sentencepiece:file.model | a "
-    "path whose extension says the kind"
+    "path whose extension says the kind | KIND:LOCATION of an installed plugin"
 )
+
+
+def plugin_kinds() -> list[str]:
+    """The tokenizer kinds installed plugins add (entry points of ``tokenloom.tokenizers``)."""
+    return plugins.names(PLUGIN_GROUP, _ALIASES)
 
 
 def _detect(path: str) -> Optional[str]:
@@ -57,7 +68,8 @@ def _tiktoken_names() -> tuple[str, ...]:
 
 
 def parse_tokenizer_spec(spec: str) -> tuple[str, str]:
-    """Split ``spec`` into ``(kind, location)``; kind is one of :data:`KINDS`."""
+    """Split ``spec`` into ``(kind, location)``; kind is one of :data:`KINDS` or a
+    plugin's (:func:`plugin_kinds`)."""
     spec = str(spec).strip()
     if not spec:
         raise TokenizerError(f"empty tokenizer spec; use one of: {SPEC_HELP}")
@@ -69,6 +81,8 @@ def parse_tokenizer_spec(spec: str) -> tuple[str, str]:
         if kind != "bytes" and not rest:
             raise TokenizerError(f"tokenizer spec {spec!r} names no file after '{prefix}:'")
         return kind, rest
+    if sep and rest and plugins.find(PLUGIN_GROUP, prefix, _ALIASES) is not None:
+        return prefix, rest
     detected = _detect(spec)
     if detected is not None:
         return detected, spec
@@ -94,13 +108,15 @@ def load_tokenizer(
     Args:
         eod: end-of-document token (text or id) overriding the detected one.
         pattern: tiktoken only: split pattern (encoding name or regex) for custom files.
-        num_threads: library threads per batch (tiktoken, sentencepiece); Hugging Face
-            follows ``TOKENIZERS_PARALLELISM``.
+        num_threads: library threads per batch (tiktoken, sentencepiece; HF: its env).
         add_special_tokens: Hugging Face only: write what the post-processor adds (BOS,
             ...); None means yes, as Megatron-LM main.
         merges: Hugging Face only: the ``merges.txt`` of a GPT-2 ``vocab.json`` spec.
     """
     kind, location = parse_tokenizer_spec(spec)
+    if kind not in KINDS:
+        extras = (pattern, add_special_tokens, merges)
+        return _load_plugin(kind, location, extras, eod=eod, num_threads=num_threads)
     if pattern is not None and kind != "tiktoken":
         raise TokenizerError(f"a split pattern applies only to tiktoken files, not to {kind}")
     for name, value in (("add_special_tokens", add_special_tokens), ("merges", merges)):
@@ -130,4 +146,26 @@ def load_tokenizer(
     return SentencePieceTokenizer(location, eod=eod, num_threads=num_threads)
 
 
-__all__ = ["load_tokenizer", "parse_tokenizer_spec", "KINDS", "SPEC_HELP"]
+def _load_plugin(kind: str, location: str, extras: tuple, **options: Any) -> BaseTokenizer:
+    """The tokenizer of the plugin kind ``kind`` at ``location``, checked to be one;
+    ``extras`` (pattern, add_special_tokens, merges) must all be None."""
+    if any(extra is not None for extra in extras):
+        raise TokenizerError(
+            "pattern, add_special_tokens and merges apply to built-in kinds, not to "
+            f"the plugin kind {kind!r}"
+        )
+    plugin = plugins.find(PLUGIN_GROUP, kind, _ALIASES)
+    if plugin is None:  # uninstalled between the parse and the load
+        raise TokenizerError(f"no installed plugin offers the tokenizer kind {kind!r}")
+    factory = plugins.load(plugin)
+    given = {name: value for name, value in options.items() if value is not None}
+    tokenizer = factory(location, **given)
+    if not isinstance(tokenizer, BaseTokenizer):
+        raise TokenizerError(
+            f"tokenizer plugin {kind!r} ({plugin.value}, from {plugin.distribution}) returned "
+            f"{type(tokenizer).__name__}, not a tokenloom.tokenizers.BaseTokenizer subclass"
+        )
+    return tokenizer
+
+
+__all__ = ["load_tokenizer", "parse_tokenizer_spec", "plugin_kinds", "KINDS", "SPEC_HELP"]
