@@ -36,6 +36,9 @@ class Layout:
     seed: int = 0
     drop_last: bool = True
     hybrid_context_parallel: bool = False
+    context_parallel_size: int = 1
+    max_seqlen_per_dp_cp_rank: Optional[int] = None
+    """HybridCPDataLoaderWrapper's limit (``--hybrid-cp``); None: the sequence length."""
 
     @property
     def micro_steps(self) -> int:

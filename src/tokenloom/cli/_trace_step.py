@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import numpy
 
+from tokenloom.attributes import read_attribute
 from tokenloom.errors import ConfigError
 
 
@@ -91,6 +92,12 @@ def _print_records(step: int, layout: Any, records: list[dict[str, Any]]) -> Non
                 " blocked (loss_mask 0)" if record.get("blocked", [False] * (k + 1))[k] else ""
             )
             print(f"  document {document} tokens [{start}, {end}){blocked}{shown}")
+        for piece in record.get("hybrid_cp", []):
+            print(
+                f"  hybrid-CP sub-sample {piece['subsample_id']} tokens [{piece['token_start']}, "
+                f"{piece['token_end']}): micro-batch {piece['microbatch']}, DP x CP ranks "
+                f"{piece['dp_cp_ranks']}"
+            )
 
 
 def _print_skipped(args: argparse.Namespace, layout: Any, where: tuple[int, int]) -> int:
@@ -115,12 +122,18 @@ def trace_step(
         return _print_skipped(args, layout, where)
     if args.decode:
         add_text(dataset, records, _tokenizer(args, dataset))
+    extra = {}
+    if read_attribute(args, "hybrid_cp", False):
+        from tokenloom.cli._trace_hybrid_cp import add_hybrid_cp
+
+        extra = {"hybrid_cp_microbatches": add_hybrid_cp(dataset, layout, records)}
     if args.json:
         body = {
             "step": args.step,
             "skipped": False,
             "global_batch_size": layout.global_batch_size,
             "layout": {**layout.describe(), "data_parallel_size": layout.data_parallel_size},
+            **extra,
             "samples": records,
         }
         print(json.dumps(body, indent=1))

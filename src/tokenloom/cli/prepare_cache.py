@@ -40,7 +40,8 @@ Settings come from --config (JSON, or YAML with PyYAML installed) and/or flags;
 flags win.  Config keys are the long flag names with underscores; Megatron's
 names are accepted too (data_path, seq_length, seed, data_cache_path, ...). The
 training loader's keys (dataloader_type, data_sharding, loader_seed, drop_last,
-hybrid_context_parallel, skip_batches, block_documents), read by `tokenloom trace`,
+hybrid_context_parallel, skip_batches, block_documents, max_seqlen_per_dp_cp_rank), read
+by `tokenloom trace`,
 are accepted and do not change the caches.
 Mock data (no blend) has nothing to cache and is rejected.
 
@@ -158,7 +159,7 @@ _GPT_FIELDS = (
     "drop_last_partial_validation_sequence",
     "mmap_bin_files",
 )
-_CONFIG_ONLY = ("blend_schedule", "max_epochs_per_source")
+_CONFIG_ONLY = ("blend_schedule", "max_epochs_per_source", "inter_document_masking")
 """Config-file settings with no flag (lists), passed to GPTDatasetConfig as given."""
 LOADER_SETTINGS = (
     "dataloader_type",
@@ -168,6 +169,7 @@ LOADER_SETTINGS = (
     "hybrid_context_parallel",
     "skip_batches",
     "block_documents",
+    "max_seqlen_per_dp_cp_rank",
 )
 """The training loader's config keys (build_pretraining_data_loader's arguments):
 ``tokenloom trace`` reads them; prepare-cache, preview and plan accept them and build

@@ -28,8 +28,15 @@ and plan accept them too): dataloader_type (single, cyclic or elastic; default s
 data_sharding (cyclic; default true), loader_seed (elastic; default 0), drop_last,
 hybrid_context_parallel (single), skip_batches ([[first, end], ...]: steps never
 served), block_documents (["PREFIX:ID", ...] or a file: loss_mask 0 on their labels),
-micro_batch_size (default: global_batch_size / data-parallel size). The data-parallel
-size is world_size / (TP x PP x CP).
+micro_batch_size (default: global_batch_size / data-parallel size),
+max_seqlen_per_dp_cp_rank (--hybrid-cp: the wrapper's tokens per rank; default
+seq_length). The data-parallel size is world_size / (TP x PP x CP).
+
+--step N --hybrid-cp adds, per sample, "hybrid_cp": its sub-samples (cu_seqlens cuts)
+as HybridCPDataLoaderWrapper reroutes them: subsample_id (the wrapper's global id),
+token_start, token_end (in the sample), microbatch (index into sample_id_groups) and
+dp_cp_ranks (the ranks of the DP x CP group, DP x context_parallel_size ranks, that
+run it), from the wrapper's own BalancedCPScheduler over the step's lengths.
 
 Modes:
   --step N             the samples of global batch N (--json: as data; --decode: text)
@@ -95,6 +102,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--decode", action="store_true", help="--step: decode each range")
+    parser.add_argument(
+        "--hybrid-cp",
+        action="store_true",
+        help="--step: per sub-sample (cu_seqlens), the HybridCPDataLoaderWrapper micro-batch "
+        "and DP x CP ranks it is served on after rerouting (BalancedCPScheduler over the "
+        "step's lengths); needs hybrid_context_parallel and inter_document_masking",
+    )
     parser.add_argument("--tokenizer", metavar="SPEC", help="decode with it (default: sidecar)")
     parser.add_argument(
         "--dataloader-type", choices=("single", "cyclic", "elastic"), help="override the config"
@@ -138,6 +152,12 @@ def _flag(value: Any, name: str, default: bool) -> bool:
     return value
 
 
+def _positive(value: Any) -> Optional[int]:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"max_seqlen_per_dp_cp_rank={value!r}: must be an integer >= 1")
+    return value
+
+
 def _layout(args: argparse.Namespace, loader: dict[str, Any], settings: Any, plan: Any) -> Any:
     """The run's loader layout from the config's loader keys and the training plan."""
     from tokenloom.cli._trace_order import Layout
@@ -158,6 +178,8 @@ def _layout(args: argparse.Namespace, loader: dict[str, Any], settings: Any, pla
         hybrid_context_parallel=_flag(
             loader.get("hybrid_context_parallel"), "hybrid_context_parallel", False
         ),
+        context_parallel_size=plan.context,
+        max_seqlen_per_dp_cp_rank=_positive(loader.get("max_seqlen_per_dp_cp_rank")),
     )
     if layout.dataloader_type not in ("single", "cyclic", "elastic"):
         raise ConfigError(
