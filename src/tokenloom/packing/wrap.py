@@ -28,9 +28,10 @@ PLUGIN_GROUP = "tokenloom.packing_schedulers"
 
 
 def scheduler_class(name: str) -> type[BasePackingScheduler]:
-    """The scheduler class called ``name``: a built-in, else an installed plugin's."""
-    if name in SCHEDULERS:
-        return SCHEDULERS[name]
+    """The scheduler class called ``name``: a built-in (any case), else an installed
+    plugin's (exact name)."""
+    if name.lower() in SCHEDULERS:
+        return SCHEDULERS[name.lower()]
     plugin = plugins.find(PLUGIN_GROUP, name, SCHEDULERS)
     if plugin is None:
         known = sorted(SCHEDULERS) + plugins.names(PLUGIN_GROUP, SCHEDULERS)
@@ -47,7 +48,7 @@ def scheduler_class(name: str) -> type[BasePackingScheduler]:
 def make_scheduler(config: Any, cp_size: int, dp_size: int) -> BasePackingScheduler:
     """The scheduler ``config.sequence_packing_scheduler`` names, built from ``config``."""
     name = str(read_attribute(config, "sequence_packing_scheduler", "dp_balanced"))
-    cls = scheduler_class(name.lower() if name.lower() in SCHEDULERS else name)
+    cls = scheduler_class(name)
     limit = read_attribute(config, "max_seqlen_per_dp_cp_rank", None)
     if limit is None:
         raise ConfigError("config.max_seqlen_per_dp_cp_rank is required for sequence packing")
