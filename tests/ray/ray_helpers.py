@@ -124,7 +124,8 @@ class NodeCueTokenizer(CueTokenizer):
     being tokenised on that node. To be sure that removing the node hits running work
     (a shard can finish between the cue and the removal), the test first creates
     ``cue_dir/hold-<node id>`` (:meth:`hold`): a batch on that node then stays in
-    progress, touching its cue, until the file goes or the node is killed.
+    progress, touching its cue and ``cue_dir/holding-<node id>``, until the file goes or
+    the node is killed.  A fresh ``holding-`` file is the proof that work is running there.
     """
 
     def __init__(self, inner: Any, cue_dir: str, delay: float) -> None:
@@ -144,12 +145,15 @@ class NodeCueTokenizer(CueTokenizer):
         cue = os.path.join(self.cue_dir, node)
         held = os.path.join(self.cue_dir, f"hold-{node}")
 
+        holding = os.path.join(self.cue_dir, f"holding-{node}")
         deadline = time.monotonic() + 120
         while True:  # once, unless the node is held (this runs in a Ray worker)
             with open(cue, "a"):
                 os.utime(cue)
             if not os.path.exists(held) or time.monotonic() > deadline:
                 break
+            with open(holding, "a"):  # a batch is held here, right now
+                os.utime(holding)
             time.sleep(0.02)
         return super().encode_batch(texts)
 

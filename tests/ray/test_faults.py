@@ -57,7 +57,12 @@ def _wait_for_markers(folder: Path, count: int, timeout: float, proc: Any = None
 
 
 def _wait_until_busy(cue: Path, timeout: float) -> None:
-    """Until ``cue`` was touched in the last 0.3 s: a shard is being tokenised on its node."""
+    """Until ``cue`` was touched in the last 0.3 s: a shard is being tokenised on its node.
+
+    Pass the node's ``holding-`` cue: a batch touches it only while it is held, so the
+    shard cannot finish between this wait and the node's removal (the ordinary cue is
+    also touched by a last batch that then ends, and the run saw no retry).
+    """
     if not poll(lambda: cue.exists() and time.time() - cue.stat().st_mtime < 0.3, timeout):
         seen = sorted(p.name for p in cue.parent.iterdir())
         pytest.fail(f"no shard ran on the node {cue.name} within {timeout} s (cues: {seen})")
@@ -108,7 +113,7 @@ def test_node_lost_mid_run_gives_the_local_bytes(
         thread.start()
         _wait_for_markers(tmp_path / "out_shards", 2, timeout=120)
         NodeCueTokenizer.hold(str(cues), worker.node_id)  # its next shard stays running
-        _wait_until_busy(cues / worker.node_id, timeout=60)
+        _wait_until_busy(cues / f"holding-{worker.node_id}", timeout=90)
         cluster.remove_node(worker, allow_graceful=False)
         thread.join(timeout=180)
         assert not thread.is_alive() and "error" not in result, result.get("error")
