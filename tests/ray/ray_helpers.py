@@ -146,7 +146,7 @@ class NodeCueTokenizer(CueTokenizer):
         held = os.path.join(self.cue_dir, f"hold-{node}")
 
         holding = os.path.join(self.cue_dir, f"holding-{node}")
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # beyond the test's own timeout
         while True:  # once, unless the node is held (this runs in a Ray worker)
             with open(cue, "a"):
                 os.utime(cue)

@@ -109,11 +109,15 @@ def test_node_lost_mid_run_gives_the_local_bytes(
             except BaseException as error:  # reported by the main thread
                 result["error"] = error
 
+        # Held from the start, the worker's first batch stays in progress: the head works
+        # through the other shards meanwhile, and removing the node always hits running
+        # work (holding only after some shards had finished once found no shard left on
+        # the worker within 90 s, and the run saw no retry).
+        NodeCueTokenizer.hold(str(cues), worker.node_id)
         thread = threading.Thread(target=run)
         thread.start()
-        _wait_for_markers(tmp_path / "out_shards", 2, timeout=120)
-        NodeCueTokenizer.hold(str(cues), worker.node_id)  # its next shard stays running
-        _wait_until_busy(cues / f"holding-{worker.node_id}", timeout=90)
+        _wait_until_busy(cues / f"holding-{worker.node_id}", timeout=120)
+        _wait_for_markers(tmp_path / "out_shards", 1, timeout=120)  # mid-run: some are done
         cluster.remove_node(worker, allow_graceful=False)
         thread.join(timeout=180)
         assert not thread.is_alive() and "error" not in result, result.get("error")
