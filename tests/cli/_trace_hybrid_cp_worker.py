@@ -1,17 +1,26 @@
 """One gloo rank of tests/cli/test_trace_hybrid_cp.py (run as a script): feed this rank's
-real hybrid-CP loader to the real HybridCPDataLoaderWrapper and compare, at every step,
-what the wrapper serves with `tokenloom trace --step N --hybrid-cp`'s records; then
-perturb the traced assignment and count the steps where the comparison catches it."""
+real hybrid-CP loader over a real blend to the real HybridCPDataLoaderWrapper and
+compare, at every step, what the wrapper serves with `tokenloom trace --step N
+--hybrid-cp`'s records; then perturb the traced assignment and count the steps where
+the comparison catches it.
+
+Scenarios: ``hybrid`` (a fresh run, every step); ``resumed`` (the run's loaders, built
+with micro_batch_size 1 where the config says 2, stop after RESUME_AT steps; DP rank 0's
+state_dict() is saved; loaders that load it feed the wrapper, compared with the trace
+of ``--state``, and with the config-only trace, which must differ)."""
 
 from __future__ import annotations
 
 import copy
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy
+
+RESUME_AT = 3
 
 
 def _traced_groups(records, micro_batches: int, total: int) -> list[list[list[int]]]:
@@ -24,7 +33,8 @@ def _traced_groups(records, micro_batches: int, total: int) -> list[list[list[in
 
 
 def mismatches(dataset, records, micro_batches, total, rank, samples, groups) -> list[str]:
-    """What differs between the traced assignment and what the wrapper served."""
+    """What differs between the traced assignment and what the wrapper served: the
+    schedule, and each sub-sample's tokens and (0-d) dataset_id on this rank."""
     out = []
     served_groups = [[sorted(int(g) for g in ids) for ids in per_rank] for per_rank in groups]
     if _traced_groups(records, micro_batches, total) != served_groups:
@@ -34,10 +44,18 @@ def mismatches(dataset, records, micro_batches, total, rank, samples, groups) ->
         tokens = numpy.asarray(dataset[record["sample"]]["tokens"]).tolist()
         for piece in record["hybrid_cp"]:
             if rank in piece["dp_cp_ranks"]:
-                want[piece["subsample_id"]] = tokens[piece["token_start"] : piece["token_end"]]
-    got = {int(gid): numpy.asarray(piece["tokens"]).tolist() for gid, piece in samples.items()}
+                cut = tokens[piece["token_start"] : piece["token_end"]]
+                want[piece["subsample_id"]] = (cut, record["dataset_id"], 0)
+    got = {
+        int(gid): (
+            numpy.asarray(piece["tokens"]).tolist(),
+            int(piece["dataset_id"]),
+            piece["dataset_id"].ndim,
+        )
+        for gid, piece in samples.items()
+    }
     if got != want:
-        out.append("tokens served on this rank")
+        out.append("tokens and dataset_id served on this rank")
     return out
 
 
@@ -54,7 +72,29 @@ def _perturbed(records, total: int):
     return wrong
 
 
-def main(out_dir: str) -> None:
+def _resumed(config, dataset, layout, pg, out_dir):
+    """The run's loaders (micro_batch_size 1) stopped after RESUME_AT steps, DP rank 0's
+    state saved, a resumed loader; ``(loader, traced dataset, layout, resume)``."""
+    import torch
+    import torch.distributed as dist
+    from tests.cli._trace_support import load_traced, rank_loader
+
+    run = replace(layout, micro_batch_size=1)
+    loader = rank_loader(dataset, run, int(pg.dp.rank()), 1, hybrid_context_parallel=True)
+    batches = iter(loader)
+    for _ in range(RESUME_AT):
+        next(batches)
+    state, path = loader.state_dict(), Path(out_dir) / "state.pt"
+    if dist.get_rank() == 0:
+        torch.save(state, path)
+    dist.barrier()
+    traced, state_layout, resume, _ = load_traced(config, str(path))
+    resumed = rank_loader(dataset, state_layout, int(pg.dp.rank()), 1, hybrid_context_parallel=True)
+    resumed.load_state_dict(state)
+    return resumed, traced, state_layout, resume
+
+
+def main(scenario: str, out_dir: str) -> None:
     from tests.cli._trace_support import load_traced, rank_loader
     from tests.support import distributed_harness as harness
 
@@ -64,33 +104,37 @@ def main(out_dir: str) -> None:
     from tokenloom.packing.hybrid_cp import HybridCPDataLoaderWrapper
 
     rank, world = harness.init_worker()
-    dataset, layout, _, _ = load_traced(os.environ["TRACE_CONFIG"])
+    config_path = os.environ["TRACE_CONFIG"]
+    dataset, layout, _, _ = load_traced(config_path)
     total = layout.data_parallel_size * layout.context_parallel_size
     pg = build_pg_collection(world, 1, layout.context_parallel_size, 1, backend="gloo")
-    dp_rank = int(pg.dp.rank())
-    loader = rank_loader(dataset, layout, dp_rank, 1, hybrid_context_parallel=True)
+    traced, traced_layout, resume, first = dataset, layout, None, 0
+    if scenario == "resumed":
+        loader, traced, traced_layout, resume = _resumed(config_path, dataset, layout, pg, out_dir)
+        first = RESUME_AT
+    else:
+        loader = rank_loader(dataset, layout, int(pg.dp.rank()), 1, hybrid_context_parallel=True)
     config = SimpleNamespace(max_seqlen_per_dp_cp_rank=layout.max_seqlen_per_dp_cp_rank)
-    # the blend's scalar dataset_id cannot be cut into sub-samples (the wrapper slices
-    # every key), so the training loop hands the wrapper the samples without it
-    batches = ([{k: v for k, v in s.items() if k != "dataset_id"} for s in b] for b in loader)
-    wrapper = HybridCPDataLoaderWrapper(batches, config, pg)
+    wrapper = HybridCPDataLoaderWrapper(iter(loader), config, pg)  # samples as served
     me = int(pg.dp_cp.rank())
     steps = len(dataset) // layout.global_batch_size
-    wrong, caught, shapes = [], 0, set()
-    for step in range(steps):
+    wrong, plain_wrong, caught, shapes = [], [], 0, set()
+    for step in range(first, steps):
         samples, groups = next(wrapper)
-        records = step_records(dataset, layout, step)
-        micro = add_hybrid_cp(dataset, layout, records)
+        records = step_records(traced, traced_layout, step, resume)
+        micro = add_hybrid_cp(traced, traced_layout, records)
         shapes.update(len(p["dp_cp_ranks"]) for r in records for p in r["hybrid_cp"])
-        if mismatches(dataset, records, micro, total, me, samples, groups):
+        if mismatches(traced, records, micro, total, me, samples, groups):
             wrong.append(step)
         bad = _perturbed(records, total)
-        caught += bool(mismatches(dataset, bad, max(micro, 2), total, me, samples, groups))
-    harness.write_result(
-        out_dir,
-        rank,
-        {"steps": steps, "wrong": wrong, "caught": caught, "group_sizes": sorted(shapes)},
-    )
+        caught += bool(mismatches(traced, bad, max(micro, 2), total, me, samples, groups))
+        plain = step_records(dataset, layout, step)
+        plain_micro = add_hybrid_cp(dataset, layout, plain)
+        if mismatches(dataset, plain, plain_micro, total, me, samples, groups):
+            plain_wrong.append(step)
+    result = {"first": first, "steps": steps, "wrong": wrong, "caught": caught}
+    result.update(group_sizes=sorted(shapes), plain_wrong=plain_wrong, total=total)
+    harness.write_result(out_dir, rank, result)
     import torch.distributed as dist
 
     dist.barrier()
@@ -99,4 +143,4 @@ def main(out_dir: str) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    main(sys.argv[2])
+    main(sys.argv[1], sys.argv[2])

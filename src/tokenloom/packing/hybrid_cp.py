@@ -15,6 +15,11 @@ It returns ``(samples, sample_id_groups)``: ``samples`` maps each global id this
 takes part in to ``{key: tensor}`` (a slice of the source sample, whole on every rank
 that shares it; the ``cu_seqlens``, ``max_seqlen`` and ``batch_idx`` keys are dropped),
 exactly as megatron-core 0.16.1's class of the same name.
+
+One deliberate difference: a 0-d key (a ``BlendedDataset`` sample's ``dataset_id``)
+is not a token tensor, so it is not sliced (megatron-core's ``sample[key][start:end]``
+raises ``IndexError`` on it): every sub-sample carries its packed sample's value,
+rerouted as one element and served 0-d, as the source gives it.
 """
 
 from __future__ import annotations
@@ -55,13 +60,18 @@ def split_packed(batch: list[dict[str, torch.Tensor]]) -> list[tuple[int, dict[s
                 (
                     end - start,
                     {
-                        key: value[start:end]
+                        key: value if _is_scalar(value) else value[start:end]
                         for key, value in sample.items()
                         if key not in DROPPED_KEYS
                     },
                 )
             )
     return out
+
+
+def _is_scalar(value: Any) -> bool:
+    """A 0-d value (a blend's ``dataset_id``): every sub-sample carries it whole."""
+    return isinstance(value, torch.Tensor) and value.dim() == 0
 
 
 class HybridCPDataLoaderWrapper:
@@ -92,6 +102,8 @@ class HybridCPDataLoaderWrapper:
         """Batches handed out so far (errors of a collective name the batch)."""
         self.dtypes: dict[str, torch.dtype] = {}
         """The keys rerouted and their dtypes (of the current batch's first sample)."""
+        self.scalar_keys: list[str] = []
+        """The 0-d keys among them (one element per sub-sample, served 0-d)."""
 
     def __iter__(self) -> HybridCPDataLoaderWrapper:
         return self
@@ -109,6 +121,7 @@ class HybridCPDataLoaderWrapper:
             )
         self.batches += 1
         self.dtypes = {k: v.dtype for k, v in batch[0].items() if k not in DROPPED_KEYS}
+        self.scalar_keys = [k for k in self.dtypes if _is_scalar(batch[0][k])]
         lengths = [n for n, _ in split_packed(list(batch))]
         subsample_seqlens = torch.tensor(lengths, dtype=torch.int32)
         seqlens_gathered, offsets = self.get_global_seqlens(subsample_seqlens)
@@ -172,4 +185,19 @@ class HybridCPDataLoaderWrapper:
         local = {int(g): piece for g, piece in zip(list(global_ids_this_rank), batch)}
         lengths = [n for _, n in global_id_seqlens]
         dtypes = self.dtypes or {k: v.dtype for k, v in batch[0].items()}
-        return reroute(local, lengths, route, self.dp_cp_group, self.device, dtypes, self._step())
+        scalars = (
+            self.scalar_keys if self.dtypes else [k for k in dtypes if _is_scalar(batch[0][k])]
+        )
+        wire = {k: _wide(dtype) if k in scalars else dtype for k, dtype in dtypes.items()}
+        served = reroute(
+            local, lengths, route, self.dp_cp_group, self.device, wire, self._step(), scalars
+        )
+        for piece in served.values():  # one element each on the wire, 0-d as the source's
+            piece.update({k: piece[k].reshape(()).to(dtypes[k]) for k in scalars if k in piece})
+        return served
+
+
+def _wide(dtype: torch.dtype) -> torch.dtype:
+    """The wire dtype of a 0-d key (gloo's all-to-all has no int16, a blend's
+    ``dataset_id``): float64 or int64, which hold every value of the narrower ones."""
+    return torch.float64 if dtype.is_floating_point else torch.int64
