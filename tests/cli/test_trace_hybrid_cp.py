@@ -130,3 +130,11 @@ def test_hybrid_cp_needs_the_hybrid_loader_and_packed_samples(tmp_path: Path, ca
     assert main(["trace", "--config", plain, "--step", "0", "--hybrid-cp"]) != 0
     assert "set hybrid_context_parallel: true" in capsys.readouterr().err
 
+
+@pytest.mark.parametrize("limit", [0, -4, True, "16", 16.0])
+def test_a_bad_limit_is_the_scheduler_s_error_naming_the_config_key(tmp_path: Path, capsys, limit):
+    config = _config(tmp_path, max_seqlen_per_dp_cp_rank=limit)
+    assert main(["trace", "--config", config, "--step", "0", "--hybrid-cp"]) != 0
+    err = capsys.readouterr().err
+    assert "config.max_seqlen_per_dp_cp_rank" in err and f"got {limit!r}" in err
+    assert main(["trace", "--config", config, "--step", "0"]) == 0  # only --hybrid-cp reads it

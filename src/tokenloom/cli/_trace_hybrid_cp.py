@@ -30,9 +30,11 @@ def _cuts(dataset: Any, sample: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def _limit(dataset: Any, layout: Any) -> int:
+def _limit(dataset: Any, layout: Any) -> Any:
+    """The config's ``max_seqlen_per_dp_cp_rank`` as given (the scheduler checks it, as
+    the wrapper's does), or the sequence length."""
     if layout.max_seqlen_per_dp_cp_rank is not None:
-        return int(layout.max_seqlen_per_dp_cp_rank)
+        return layout.max_seqlen_per_dp_cp_rank
     return int(read_attribute(dataset.config, "sequence_length"))
 
 

@@ -152,12 +152,6 @@ def _flag(value: Any, name: str, default: bool) -> bool:
     return value
 
 
-def _positive(value: Any) -> Optional[int]:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ConfigError(f"max_seqlen_per_dp_cp_rank={value!r}: must be an integer >= 1")
-    return value
-
-
 def _layout(args: argparse.Namespace, loader: dict[str, Any], settings: Any, plan: Any) -> Any:
     """The run's loader layout from the config's loader keys and the training plan."""
     from tokenloom.cli._trace_order import Layout
@@ -179,7 +173,8 @@ def _layout(args: argparse.Namespace, loader: dict[str, Any], settings: Any, pla
             loader.get("hybrid_context_parallel"), "hybrid_context_parallel", False
         ),
         context_parallel_size=plan.context,
-        max_seqlen_per_dp_cp_rank=_positive(loader.get("max_seqlen_per_dp_cp_rank")),
+        # as given: --hybrid-cp hands it to BalancedCPScheduler, whose check names the key
+        max_seqlen_per_dp_cp_rank=loader.get("max_seqlen_per_dp_cp_rank"),
     )
     if layout.dataloader_type not in ("single", "cyclic", "elastic"):
         raise ConfigError(
