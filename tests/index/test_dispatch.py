@@ -35,8 +35,10 @@ def _same(actual, expected):
 def test_every_blending_route_equals_the_reference(monkeypatch, weights, size, route):
     work, below = BLEND_ROUTES[route]
     monkeypatch.setattr(dispatch, "BLEND_NUMPY_MAX_WORK", work)
+    monkeypatch.setattr(dispatch, "BLEND_NUMPY_MAX_WORK_BEFORE_NUMBA", work)
     monkeypatch.setattr(dispatch, "BLEND_SCAN_BELOW", below)
     assert dispatch.blending_route(len(weights), size) == route
+    assert dispatch.blending_route(len(weights), size, numba_started=False) == route
     _same(
         index.build_blending_indices(weights, size), reference.build_blending_indices(weights, size)
     )
@@ -75,6 +77,45 @@ def test_both_sample_index_routes_equal_the_reference(monkeypatch, limit):
     numpy.testing.assert_array_equal(
         index.build_sample_index(*args), reference.build_sample_index(*args)
     )
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(300)
+def test_a_blend_before_numba_started_takes_the_numpy_scan_up_to_its_limit():
+    """In a fresh process (no kernel has run) a blend of 3,000 sources x 30,000 samples
+    (the 3,000-prefix cold start) is scanned in numpy and starts no numba; once a kernel
+    has run, the same blend takes the kernel. Both give the reference's indices."""
+    code = """
+import json, numpy
+from tokenloom.index import build_blending_indices, build_sample_index, dispatch
+from tokenloom.index import reference
+from tokenloom.kernels import KERNELS
+weights = numpy.random.default_rng(3).random(3000); weights /= weights.sum()
+routes = [dispatch.blending_route(3000, 30000, numba_started=KERNELS.started())]
+first = build_blending_indices(weights, 30000)
+routes.append(KERNELS.started())
+sizes = numpy.full(70000, 3, dtype=numpy.int32)
+build_sample_index(sizes, numpy.arange(70000, dtype=numpy.int32), 8, 1, 210000, False, 1)
+routes += [KERNELS.started(), dispatch.blending_route(3000, 30000, KERNELS.started())]
+second = build_blending_indices(weights, 30000)
+expected = reference.build_blending_indices(weights, 30000)
+same = [bool((a == b).all()) for got in (first, second) for a, b in zip(got, expected)]
+print(json.dumps([routes, same]))
+"""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env.pop("TOKENLOOM_DISABLE_NUMBA", None)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    routes, same = json.loads(done.stdout.strip().splitlines()[-1])
+    assert routes == [dispatch.NUMPY, False, True, dispatch.FAST]
+    assert same == [True] * 4
 
 
 def test_routes_depend_on_the_inputs_only():

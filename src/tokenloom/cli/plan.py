@@ -169,8 +169,9 @@ def loads_kernels(mids: list[Any], blends: list[Any]) -> bool:
         mid.epochs * mid.documents > dispatch.SAMPLE_VECTORIZED_MAX_DOCUMENTS
         or any(length >= dispatch.SHUFFLE_KERNEL_MIN_SIZE for length in mid.shuffled)
         for mid in mids
-    ) or any(
-        dispatch.blending_route(len(split.sources), split.samples) != dispatch.NUMPY
+    ) or any(  # no dataset started numba: a blend's own limit before it is higher
+        dispatch.blending_route(len(split.sources), split.samples, numba_started=False)
+        != dispatch.NUMPY
         for split in blends
     )
 

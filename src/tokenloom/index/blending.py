@@ -41,7 +41,7 @@ def build_blending_indices(weights: Any, size: int) -> tuple[numpy.ndarray, nump
     """
     weights = arguments.blending_weights(weights)
     size = arguments.as_int(size, "size", minimum=0)
-    route = dispatch.blending_route(weights.size, size)
+    route = dispatch.blending_route(weights.size, size, numba_started=KERNELS.started())
     if route == dispatch.NUMPY:
         return _numpy_blend(weights, size)
     kernels = KERNELS.get("blend_scan" if route == dispatch.SCAN else "blend_fast")

@@ -2,8 +2,12 @@
 
 Every public builder of :mod:`tokenloom.index`, and ``dataset[i]`` of a GPT dataset,
 asks a ``*_route`` function below which implementation to run. The choice depends on
-the inputs only (their sizes and kinds), never on what the process did before, with one
-exception (the last ``dataset[i]`` row, below); every implementation gives bit-identical
+the inputs only (their sizes and kinds), never on what the process did before, with two
+exceptions: the last ``dataset[i]`` row, below, and a blend in a process that has not
+started numba yet (the second row: the first kernel call of a process sets up numba's
+compiler, 0.3-0.7 s, more than the numpy scan costs up to
+``BLEND_NUMPY_MAX_WORK_BEFORE_NUMBA``; a later kernel's first call costs ~20 ms, as
+:meth:`tokenloom.kernels.KernelLoader.started` tells); every implementation gives bit-identical
 output (property-tested against :mod:`tokenloom.index.reference` and the general sample
 path). When the numba kernels are unavailable (``TOKENLOOM_DISABLE_NUMBA=1``, or numba
 cannot be imported, see :mod:`tokenloom.kernels`) a route naming a kernel runs the
@@ -13,6 +17,8 @@ reference twin instead.
 index              inputs                                                   implementation
 =================  =======================================================  ==================
 blending           ``size * (datasets + 750) <= BLEND_NUMPY_MAX_WORK``       ``NUMPY``
+blending           ``... <= BLEND_NUMPY_MAX_WORK_BEFORE_NUMBA``, no kernel   ``NUMPY``
+                   has run in the process yet
 blending           ``datasets < BLEND_SCAN_BELOW``                           ``SCAN`` kernel
 blending           otherwise                                                ``FAST`` kernel
 schedule blend     one phase, every weight > 0                              ``FIXED`` (blending)
@@ -67,6 +73,7 @@ from tokenloom.attributes import read_attribute
 
 __all__ = [
     "BLEND_NUMPY_MAX_WORK",
+    "BLEND_NUMPY_MAX_WORK_BEFORE_NUMBA",
     "BIJECTION_KERNEL_MIN_POSITIONS",
     "BLEND_SCAN_BELOW",
     "FAST",
@@ -109,6 +116,12 @@ BLEND_NUMPY_MAX_WORK = 25_000_000
 """Blends with ``size * (datasets + 750)`` up to this are built by the numpy scan
 without numba (its cost is proportional to that product)."""
 
+BLEND_NUMPY_MAX_WORK_BEFORE_NUMBA = 250_000_000
+"""In a process where no kernel has run yet, blends up to this work are built by the
+numpy scan too: the first kernel call of a process sets up numba's compiler (0.3-0.7 s
+here), more than the scan costs at this work (about 0.9 ns a unit, 0.22 s). A cold start
+over 3,000 small prefixes (30,000 samples: 112M) then loads no numba at all."""
+
 BLEND_SCAN_BELOW = 24
 """Blends of fewer datasets take the plain O(datasets)-per-sample scan kernel; from
 this many on, the sub-linear greedy (``kernels.blend_fast``) is faster."""
@@ -142,9 +155,11 @@ come at once."""
 _BLEND_NUMPY_OVERHEAD = 750  # per-sample cost of the numpy scan, in units of datasets
 
 
-def blending_route(num_datasets: int, size: int) -> str:
-    """``NUMPY``, ``SCAN`` or ``FAST`` for ``build_blending_indices``."""
-    if size * (num_datasets + _BLEND_NUMPY_OVERHEAD) <= BLEND_NUMPY_MAX_WORK:
+def blending_route(num_datasets: int, size: int, numba_started: bool = True) -> str:
+    """``NUMPY``, ``SCAN`` or ``FAST`` for ``build_blending_indices``; ``numba_started``:
+    whether a kernel has run in the process (else a first call pays numba's set-up)."""
+    limit = BLEND_NUMPY_MAX_WORK if numba_started else BLEND_NUMPY_MAX_WORK_BEFORE_NUMBA
+    if size * (num_datasets + _BLEND_NUMPY_OVERHEAD) <= limit:
         return NUMPY
     return SCAN if num_datasets < BLEND_SCAN_BELOW else FAST
 
