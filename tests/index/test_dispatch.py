@@ -133,5 +133,7 @@ def test_routes_depend_on_the_inputs_only():
     assert (
         dispatch.shuffle_route(numpy.random.RandomState(0), numpy.arange(10**5)) == dispatch.KERNEL
     )
+    assert dispatch.sample_index_route(numpy.arange(256)) == dispatch.SMALL
+    assert dispatch.sample_index_route(numpy.arange(257)) == dispatch.VECTORIZED
     assert dispatch.sample_index_route(numpy.arange(65_536)) == dispatch.VECTORIZED
     assert dispatch.sample_index_route(numpy.arange(65_537)) == dispatch.KERNEL

@@ -75,6 +75,25 @@ def test_vectorized_sample_index_equals_reference(args):
 
 @SETTINGS
 @given(args=sample_inputs())
+def test_small_sample_index_equals_reference(args):
+    """The Python-integer path (document indices of up to a few hundred documents)
+    against the reference loop, errors included (the same messages)."""
+    from tokenloom.index.sample import build_sample_index_small
+
+    try:
+        expected = reference.build_sample_index(*args)
+    except ConfigError as error:
+        with pytest.raises(ConfigError) as raised:
+            build_sample_index_small(*args)
+        assert str(raised.value) == str(error)
+        return
+    actual = build_sample_index_small(*args)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    numpy.testing.assert_array_equal(actual, expected)
+
+
+@SETTINGS
+@given(args=sample_inputs())
 def test_numba_sample_index_equals_reference(args):
     """The numba kernel itself (short inputs take the vectorized path by default)."""
     from tokenloom.index._common import sample_index_plan
@@ -194,3 +213,22 @@ def test_num_epochs_needed_refuses_empty_split():
     with pytest.raises(ConfigError, match="no token"):
         index.num_epochs_needed(0, 3, 64, 1)
     assert index.num_epochs_needed(0, 0, 64, 0) == 1
+
+
+@pytest.mark.parametrize(
+    "sizes, documents",
+    [
+        ([3, 4, 5], [0, 3, 1]),  # an id past the documents
+        ([3, 4, 5], [0, -1, 1]),  # a negative id
+        ([3, -4, 5], [0, 1, 2]),  # a negative length
+    ],
+)
+def test_small_sample_index_reports_bad_documents_as_the_vectorized_path(sizes, documents):
+    from tokenloom.index.sample import build_sample_index_small, build_sample_index_vectorized
+
+    args = (numpy.array(sizes, numpy.int32), numpy.array(documents, numpy.int32), 4, 1, 12, True, 1)
+    with pytest.raises(ConfigError) as vectorized:
+        build_sample_index_vectorized(*args)
+    with pytest.raises(ConfigError) as small:
+        build_sample_index_small(*args)
+    assert str(small.value) == str(vectorized.value)

@@ -29,6 +29,7 @@ schedule blend     otherwise                                                ``FA
 exhaustive blend   ``sum(sizes) * (datasets + 750) <= BLEND_NUMPY_MAX_WORK`` ``REFERENCE``
 exhaustive blend   ``datasets < BLEND_SCAN_BELOW``                           ``SCAN`` kernel
 exhaustive blend   otherwise                                                ``FAST`` kernel
+sample index       ``len(document_index) <= SAMPLE_SMALL_MAX_DOCUMENTS``      ``SMALL`` (Python)
 sample index       ``len(document_index) <= SAMPLE_VECTORIZED_MAX_DOCUMENTS`` ``VECTORIZED``
 sample index       otherwise                                                ``KERNEL``
 shuffle            a C-contiguous writeable 1-D array of 1/2/4/8-byte items  ``KERNEL``
@@ -83,10 +84,12 @@ __all__ = [
     "KERNEL",
     "NUMPY",
     "REFERENCE",
+    "SAMPLE_SMALL_MAX_DOCUMENTS",
     "SAMPLE_VECTORIZED_MAX_DOCUMENTS",
     "SCAN",
     "SCHEDULE_REFERENCE_MAX_SAMPLES",
     "SHUFFLE_KERNEL_MIN_SIZE",
+    "SMALL",
     "VECTORIZED",
     "WAIT",
     "bijection_route",
@@ -100,9 +103,10 @@ __all__ = [
 ]
 
 #: implementation names
-NUMPY, REFERENCE, VECTORIZED, SCAN, FAST, KERNEL, GENERAL, WAIT, FIXED = (
+NUMPY, REFERENCE, SMALL, VECTORIZED, SCAN, FAST, KERNEL, GENERAL, WAIT, FIXED = (
     "numpy",
     "reference",
+    "small",
     "vectorized",
     "scan",
     "fast",
@@ -125,6 +129,11 @@ over 3,000 small prefixes (30,000 samples: 112M) then loads no numba at all."""
 BLEND_SCAN_BELOW = 24
 """Blends of fewer datasets take the plain O(datasets)-per-sample scan kernel; from
 this many on, the sub-linear greedy (``kernels.blend_fast``) is faster."""
+
+SAMPLE_SMALL_MAX_DOCUMENTS = 256
+"""Document indices up to this length are cut into samples in Python integers
+(``build_sample_index_small``): below it a numpy call's fixed cost (a microsecond or
+more) outweighs a Python step's (tens of nanoseconds) over the few calls they need."""
 
 SAMPLE_VECTORIZED_MAX_DOCUMENTS = 65_536
 """Document indices up to this length are cut into samples by cumulative sums (a few
@@ -204,7 +213,7 @@ def sample_index_route(document_index: Any) -> str:
     whose checked path reports them)."""
     shape = read_attribute(document_index, "shape", None)
     if shape is not None and len(shape) == 1 and shape[0] <= SAMPLE_VECTORIZED_MAX_DOCUMENTS:
-        return VECTORIZED
+        return SMALL if 0 < shape[0] <= SAMPLE_SMALL_MAX_DOCUMENTS else VECTORIZED
     return KERNEL
 
 

@@ -7,16 +7,24 @@ the one-pass numba kernel otherwise (:mod:`tokenloom.index.dispatch`).
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate
 from types import ModuleType
 from typing import Any
 
 import numpy
 
+from tokenloom.errors import ConfigError
 from tokenloom.index import arguments, dispatch, reference
 from tokenloom.index._common import SamplePlan, sample_index_plan
 from tokenloom.kernels import KERNELS, read_only
 
-__all__ = ["build_sample_index", "build_sample_index_vectorized", "num_epochs_needed"]
+__all__ = [
+    "build_sample_index",
+    "build_sample_index_small",
+    "build_sample_index_vectorized",
+    "num_epochs_needed",
+]
 
 
 def build_sample_index(
@@ -59,7 +67,10 @@ def build_sample_index(
         drop_last_partial_sequence,
         add_extra_token_to_sequence,
     )
-    if dispatch.sample_index_route(document_index) == dispatch.VECTORIZED:
+    route = dispatch.sample_index_route(document_index)
+    if route == dispatch.SMALL:
+        return build_sample_index_small(*arguments)
+    if route == dispatch.VECTORIZED:
         return build_sample_index_vectorized(*arguments)
     fast = KERNELS.get("sample_index")
     if fast is None:
@@ -116,6 +127,57 @@ def build_sample_index_vectorized(
     out[1:, 0] = position
     out[1:, 1] = offset
     return out
+
+
+def build_sample_index_small(
+    sequence_lengths: Any,
+    document_index: Any,
+    sequence_length: int,
+    num_epochs: int,
+    tokens_per_epoch: int,
+    drop_last_partial_sequence: bool = True,
+    add_extra_token_to_sequence: int = 1,
+) -> numpy.ndarray:
+    """:func:`build_sample_index_vectorized` in Python integers (same output and errors),
+    for document indices of a few hundred documents: a numpy call costs a microsecond or
+    more whatever its size, a Python step a few tens of nanoseconds, and a cold start over
+    thousands of small prefixes builds one such index per prefix."""
+    plan = sample_index_plan(
+        sequence_lengths,
+        document_index,
+        sequence_length,
+        num_epochs,
+        tokens_per_epoch,
+        drop_last_partial_sequence,
+        add_extra_token_to_sequence,
+        check_values=False,
+    )
+    documents = plan.documents.tolist()
+    count = plan.sizes.shape[0]
+    if min(documents) < 0 or max(documents) >= count:
+        low, high = min(documents), max(documents)
+        raise ConfigError(
+            f"document_index holds {low if low < 0 else high}, outside the "
+            f"{count} documents of sequence_lengths"
+        )
+    lengths = plan.sizes[plan.documents].tolist()
+    if min(lengths) < 0:
+        raise arguments.bad_document(plan.sizes, plan.documents, lengths.index(min(lengths)))
+    ends = list(accumulate(lengths))
+    if ends[-1] != plan.total_tokens:
+        plan.raise_token_mismatch(ends[-1])
+    rows = [(0, 0)]
+    last, extra, step = len(ends) - 1, plan.extra, plan.sequence_length
+    for k in range(1, plan.num_samples + 1):
+        reach = k * step + extra
+        position = bisect_left(ends, reach)
+        if position > last:  # out of documents: ends at the last document's end
+            position, reach = last, ends[last]
+        offset = reach - extra - (ends[position] - lengths[position])
+        if offset < 0:
+            plan.raise_negative_offset()
+        rows.append((position, offset))
+    return numpy.array(rows, dtype=plan.dtype)
 
 
 def _fast_sample_index(fast: ModuleType, plan: SamplePlan) -> numpy.ndarray:
