@@ -110,7 +110,7 @@ def plan_epochs(
             f"{where}: sequence {at} has negative length {int(exposed.min())} in "
             "the .idx; the index file is corrupt: rebuild the .bin/.idx pair"
         )
-    tokens = int(numpy.sum(exposed, dtype=numpy.int64)) if indices.size else 0
+    tokens = int(exposed.sum(dtype=numpy.int64)) if indices.size else 0
     _check_nonempty(indices, tokens, where)
     epochs = (
         1 if num_samples is None else num_epochs_needed(tokens, num_samples, sequence_length, extra)

@@ -23,6 +23,10 @@ WEIGHT_SUM_TOLERANCE = 1e-6
 
 def as_int(value: Any, name: str, minimum: int | None = None) -> int:
     """``value`` as a Python int (bools and non-integral numbers are refused)."""
+    if type(value) is int:  # the common case, without the ABC check (~1 us)
+        if minimum is not None and value < minimum:
+            raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+        return value
     if isinstance(value, (bool, numpy.bool_)) or not isinstance(value, numbers.Integral):
         raise ConfigError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
     result = int(value)
@@ -33,6 +37,8 @@ def as_int(value: Any, name: str, minimum: int | None = None) -> int:
 
 def as_flag(value: Any, name: str) -> int:
     """A 0/1 switch given as bool or int (megatron passes both forms)."""
+    if value is True or value is False or (type(value) is int and value in (0, 1)):
+        return int(value)
     if isinstance(value, (bool, numpy.bool_)):
         return int(value)
     if isinstance(value, numbers.Integral) and int(value) in (0, 1):
