@@ -170,3 +170,16 @@ def test_merge_of_corrupt_source(tmp_path, prefix):
         builder.add_index(prefix)
     with pytest.raises(MissingFileError):
         builder.add_index(str(tmp_path / "absent"))
+
+
+@pytest.mark.parametrize("count", [5, 256, 257, 1000])  # both sides of the Python check
+def test_a_non_monotone_document_index_is_named_at_any_length(count):
+    from tokenloom.errors import FormatError
+    from tokenloom.format.index_file import check_document_indices
+
+    values = numpy.arange(count, dtype=numpy.int64)
+    values[count // 2] = values[count // 2 - 2]  # a drop after entry count // 2 - 1
+    at = count // 2
+    with pytest.raises(FormatError, match=f"entry {at} is {at - 2} after {at - 1}"):
+        check_document_indices(values, count - 1, "x.idx")
+    check_document_indices(numpy.arange(count, dtype=numpy.int64), count - 1, "x.idx")

@@ -115,6 +115,9 @@ def _check_expected_header(
         )
 
 
+_SMALL_DOCUMENT_INDEX = 256  # entries checked in Python: a numpy call costs more there
+
+
 def check_document_indices(
     documents: numpy.ndarray, sequence_count: int, path: str, full: bool = True
 ) -> None:
@@ -127,7 +130,15 @@ def check_document_indices(
             f"{path}: document index must start at 0 and end at the sequence count "
             f"{sequence_count}, but runs from {int(documents[0])} to {int(documents[-1])}"
         )
-    if full and documents.shape[0] > 2:
+    if full and 2 < documents.shape[0] <= _SMALL_DOCUMENT_INDEX:  # Python: no numpy calls
+        values = documents.tolist()
+        if any(a > b for a, b in zip(values, values[1:])):
+            at = next(i for i, (a, b) in enumerate(zip(values, values[1:])) if a > b)
+            raise FormatError(
+                f"{path}: document index is not monotone: entry {at + 1} is "
+                f"{values[at + 1]} after {values[at]}"
+            )
+    elif full and documents.shape[0] > 2:
         drops = numpy.flatnonzero(documents[1:] < documents[:-1])
         if drops.size:
             at = int(drops[0])
