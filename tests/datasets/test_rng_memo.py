@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -77,3 +78,31 @@ def test_large_and_non_int32_inputs_draw_live():
     numpy.testing.assert_array_equal(
         _rng_memo.shuffle_index(draws, first, total, _seeded_random_state), expected_shuffle
     )
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_exposed_lengths_equal_the_gather(seed):
+    """plan_epochs' lengths of a split: a slice for a short contiguous range, else the
+    gather; the same values either way, and an id outside the documents still raises."""
+    from tokenloom.datasets._gpt_indices import _exposed_lengths
+
+    rng = numpy.random.default_rng(seed)
+    lengths = rng.integers(0, 100, int(rng.integers(1, 400))).astype(numpy.int32)
+    n = lengths.size
+    start = int(rng.integers(0, n))
+    end = int(rng.integers(start, n + 1))
+    cases = [
+        numpy.arange(start, end, dtype=numpy.int32),
+        rng.permutation(numpy.arange(start, end)).astype(numpy.int64),
+        rng.integers(0, n, int(rng.integers(1, 300))).astype(numpy.int32),
+    ]
+    for indices in cases:
+        numpy.testing.assert_array_equal(_exposed_lengths(lengths, indices), lengths[indices])
+    for bad in (numpy.arange(n - 2, n + 3), numpy.arange(-3, 2)):  # past the end, wrapped
+        try:
+            expected = lengths[bad]
+        except IndexError:
+            with pytest.raises(IndexError):
+                _exposed_lengths(lengths, bad)
+        else:
+            numpy.testing.assert_array_equal(_exposed_lengths(lengths, bad), expected)
