@@ -36,6 +36,7 @@ EXEMPT = {
     "atomic.py:_UMASK": "the umask, read once at import on purpose: reading it means "
     "setting it, which races with threads creating files",
     "cache/keys.py:_ENCODER": "a json.JSONEncoder: its settings only, no state",
+    "cache/entry.py:_COMPACT": "a json.JSONEncoder: its settings only, no state",
     "builder/warm_keys.py:_DIGEST_JSON": "the digest's name as JSON text (a str), made "
     "once at import",
     "format/identity.py:(DIGEST_NAME, _new_hash)": "the digest's name and constructor, "

@@ -61,6 +61,8 @@ MAX_HEADER_BYTES = 256 * 1024 * 1024
 """The longest header read: a blend of many thousands of datasets stays far below."""
 _PREFIX = struct.Struct("<8sQII")
 _ALIGN = 64
+_CRC_STEP = 1 << 26  # bytes hashed at a time
+_COMPACT = json.JSONEncoder(separators=(",", ":"))  # json.dumps(value, separators=...)
 
 
 class Corrupt(Exception):
@@ -73,10 +75,13 @@ def _aligned(offset: int) -> int:
 
 def crc32(array: numpy.ndarray) -> int:
     """CRC32 of an array's bytes (C order)."""
+    if isinstance(array, numpy.ndarray) and array.flags.c_contiguous and array.nbytes < _CRC_STEP:
+        # its buffer is its bytes in C order: no view, no copy (numpy is no typed Buffer)
+        return zlib.crc32(array)  # type: ignore[arg-type]
     flat = numpy.ascontiguousarray(array).reshape(-1).view(numpy.uint8)
     crc = 0
-    for start in range(0, flat.size, 1 << 26):
-        crc = zlib.crc32(flat[start : start + (1 << 26)].data, crc)
+    for start in range(0, flat.size, _CRC_STEP):
+        crc = zlib.crc32(flat[start : start + _CRC_STEP].data, crc)
     return crc
 
 
@@ -93,7 +98,8 @@ def write_entry(
 
 def entry_bytes(record: OrderedDict[str, object], arrays: Mapping[str, numpy.ndarray]) -> bytes:
     """The bytes :func:`write_entry` writes (a small entry queued for a pack file)."""
-    return b"".join(entry_chunks(record, arrays))  # bytes-like pieces: one copy, no more
+    # bytes-like pieces (numpy is no typed Buffer): one copy, no more
+    return b"".join(entry_chunks(record, arrays))  # type: ignore[arg-type]
 
 
 def entry_record(key: CacheKey, checks: Optional[Mapping[str, object]]) -> OrderedDict[str, object]:
@@ -112,53 +118,97 @@ def entry_record(key: CacheKey, checks: Optional[Mapping[str, object]]) -> Order
 
 def entry_chunks(
     record: OrderedDict[str, object], arrays: Mapping[str, numpy.ndarray]
-) -> list[Union[bytes, memoryview]]:
-    """The pieces of an entry file, in order: prefix, header, padding, arrays."""
-    contiguous = {name: numpy.ascontiguousarray(array) for name, array in arrays.items()}
+) -> list[Union[bytes, numpy.ndarray]]:
+    """The bytes-like pieces of an entry file, in order: prefix, header, padding,
+    arrays (C-contiguous, each a buffer of its bytes)."""
+    contiguous = [(name, _contiguous(array)) for name, array in arrays.items()]
     meta: list[str] = []
     offsets: list[int] = []
     end = 0
-    for name, array in contiguous.items():
-        nbytes = int(array.nbytes)
-        offset = _aligned(end) if nbytes else 0
+    for name, array in contiguous:
+        nbytes = array.nbytes
+        offset = -(-end // _ALIGN) * _ALIGN if nbytes else 0
         # the JSON of {"dtype", "shape", "nbytes", "crc32", "offset"}, written directly
-        shape = ",".join(str(int(n)) for n in array.shape)
         meta.append(
             f'{encode_basestring_ascii(name)}:{{"dtype":'
-            f'{encode_basestring_ascii(array.dtype.str)},"shape":[{shape}],'
+            f'{encode_basestring_ascii(array.dtype.str)},"shape":[{",".join(map(str, array.shape))}],'
             f'"nbytes":{nbytes},"crc32":{crc32(array)},"offset":{offset}}}'
         )
         offsets.append(offset)
         end = max(end, offset + nbytes)
-    record = OrderedDict(record)
-    record["arrays"] = RawJSON("{" + ",".join(meta) + "}")
-    record["data_bytes"] = end  # no padding after the last array: every byte is checked
-    header = _encode(record)
+    # no padding after the last array ("data_bytes"): every byte is checked
+    header = _encode(record, (("arrays", RawJSON("{" + ",".join(meta) + "}")), ("data_bytes", end)))
     start = _aligned(_PREFIX.size + len(header))
-    chunks: list[Union[bytes, memoryview]] = [
+    chunks: list[Union[bytes, numpy.ndarray]] = [
         _PREFIX.pack(MAGIC, len(header), zlib.crc32(header), 0),
         header,
         bytes(start - _PREFIX.size - len(header)),
     ]
     written = 0
-    for offset, array in zip(offsets, contiguous.values()):
+    for offset, (_, array) in zip(offsets, contiguous):
         if not array.nbytes:
             continue
         chunks.append(bytes(offset - written))
-        chunks.append(array.reshape(-1).view(numpy.uint8).data)
+        chunks.append(array)  # C-contiguous: its buffer is its bytes
         written = offset + int(array.nbytes)
     return chunks
+
+
+def _contiguous(array: numpy.ndarray) -> numpy.ndarray:
+    """``numpy.ascontiguousarray(array)`` (at least one dimension), without its call
+    when ``array`` is one already."""
+    if type(array) is numpy.ndarray and array.ndim and array.flags.c_contiguous:
+        return array
+    return numpy.ascontiguousarray(array)
 
 
 class RawJSON(str):
     """A value of a record that is JSON text already (spliced into the header as is)."""
 
 
-def _encode(record: Mapping[str, object]) -> bytes:
-    """Compact JSON of ``record``, :class:`RawJSON` values last and spliced in unencoded
-    (a cache key's description is JSON text already)."""
+def _encode(record: Mapping[str, object], tail: tuple[tuple[str, object], ...] = ()) -> bytes:
+    """Compact JSON of ``record`` followed by the items ``tail`` (which replace those of
+    the same names in place), :class:`RawJSON` values last and spliced in unencoded (a
+    cache key's description is JSON text already)."""
+    plain: list[str] = []
+    raw: list[str] = []
+    try:
+        for items in (record.items(), tail):
+            for name, value in items:
+                if type(value) is str:
+                    plain.append(
+                        f"{encode_basestring_ascii(name)}:{encode_basestring_ascii(value)}"
+                    )
+                elif isinstance(value, RawJSON):
+                    raw.append(f"{encode_basestring_ascii(name)}:{value}")
+                else:
+                    plain.append(f"{encode_basestring_ascii(name)}:{_json(value)}")
+    except TypeError:  # a name that is not a string: json.dumps's rules for keys
+        plain = []
+    if not plain or any(name in record for name, _ in tail):
+        full = OrderedDict(record)
+        full.update(tail)
+        return _encode_general(full)
+    return ("{" + ",".join(plain + raw) + "}").encode("utf-8")
+
+
+def _json(value: object) -> str:
+    """``json.dumps(value, separators=(",", ":"))``, its common cases without the encoder."""
+    kind = type(value)
+    if kind is str:
+        return encode_basestring_ascii(value)  # type: ignore[arg-type]
+    if kind is int:
+        return int.__repr__(value)
+    if kind is dict and all(type(name) is str for name in value):  # type: ignore[attr-defined]
+        items = value.items()  # type: ignore[attr-defined]
+        return "{" + ",".join(f"{encode_basestring_ascii(n)}:{_json(v)}" for n, v in items) + "}"
+    return _COMPACT.encode(value)
+
+
+def _encode_general(record: Mapping[str, object]) -> bytes:
+    """:func:`_encode` of a record with non-string keys, through :mod:`json`."""
     plain = {name: value for name, value in record.items() if not isinstance(value, RawJSON)}
-    text = json.dumps(plain, separators=(",", ":"))
+    text = _COMPACT.encode(plain)
     raw = "".join(
         f",{json.dumps(name)}:{value}"
         for name, value in record.items()
