@@ -88,6 +88,38 @@ def test_miss_and_checks(stored, tmp_path):
         cache.load(other, NAMES)
 
 
+def test_probe_says_whether_a_missed_entry_is_present(stored, monkeypatch):
+    cache, key = stored
+    found, present = cache.probe(key, NAMES, checks={"indices": "abc"})
+    assert present and found is not None
+    numpy.testing.assert_array_equal(found["b"], arrays()["b"])
+    assert cache.probe(key, NAMES, checks={"indices": "zzz"}) == (None, True)  # stale
+    _truncate(cache.entry_path(key))
+    assert cache.probe(key, NAMES) == (None, True)  # damaged
+    with pytest.raises(CacheError, match="truncated"):
+        cache.probe(key, NAMES, on_corrupt="raise")
+    other = CacheKey("GPTDataset", "train", {"seed": 2})
+    monkeypatch.setattr(
+        cache, "exists", lambda *_: pytest.fail("an absent entry is looked for twice")
+    )
+    assert cache.probe(other, NAMES) == (None, False)
+
+
+def test_probe_of_packed_entries(tmp_path):
+    from tokenloom.cache.pack import EntryPacker
+
+    key = CacheKey("GPTDataset", "train", {"seed": 3})
+    with EntryPacker(str(tmp_path)) as packer:
+        cache = IndexCache(tmp_path, packer)
+        assert cache.probe(key, NAMES) == (None, False)
+        cache.store(key, arrays(), checks={"indices": "abc"})
+        assert cache.probe(key, NAMES)[1] and cache.probe(key, NAMES)[0] is not None  # queued
+    cache = IndexCache(tmp_path)
+    assert not os.path.exists(cache.entry_path(key))  # in the pack, not a file of its own
+    assert cache.probe(key, NAMES)[0]["a"].shape == (1000,)
+    assert cache.probe(key, NAMES, checks={"indices": "zzz"}) == (None, True)
+
+
 def _flip_byte_of_a(path):
     flip_byte_of(path, "a")
 

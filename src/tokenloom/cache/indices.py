@@ -121,29 +121,30 @@ class CachedIndices:
         if cache is None or key is None:
             self._arrays = self._wrapped(self.build())
             return
-        arrays = cache.lookup(
+        checks = self.checks
+        arrays, present = cache.probe(
             key,
             self.names,
             verify=self.verify,
-            checks=self.checks,
+            checks=checks,
             on_corrupt="miss" if self.can_build else "raise",
         )
         if arrays is None and not self.can_build:  # raises CacheError naming the file
-            arrays = cache.load(key, self.names, verify=self.verify, checks=self.checks)
+            arrays = cache.load(key, self.names, verify=self.verify, checks=checks)
         if arrays is None:
-            if cache.exists(key, self.names):
+            if present:
                 logger.warning(
                     "%s: index cache %s is damaged or stale; rebuilding it",
                     self.where(),
                     cache.description_path(key),
                 )
             arrays = self.build()
-            cache.store(key, arrays, checks=self.checks)
+            cache.store(key, arrays, checks=checks)
             arrays = self._wrapped(arrays)
         else:
             arrays = self._wrapped(arrays)
             self._validate(arrays)
-        self._lazy = cache.lazy(key, self.names, checks=self.checks)
+        self._lazy = cache.lazy(key, self.names, checks=checks)
         self._arrays = arrays
 
     def _wrapped(self, arrays: Mapping[str, numpy.ndarray]) -> Arrays:

@@ -9,6 +9,8 @@
     ``checks`` differ from those stored); a corrupt or truncated entry is a miss
     (``on_corrupt="miss"``, the caller rebuilds) or a
     :class:`~tokenloom.errors.CacheError` (``on_corrupt="raise"``);
+    ``.probe(key, names, ...) -> (arrays | None, present)``: ``lookup`` that also says
+    whether a missed entry is present (damaged or stale), looking once when it is absent;
     ``.load(...)``: like ``lookup`` but a miss raises ``CacheError`` naming the path;
     ``.store(key, arrays, checks=None) -> {name: path}``: writes the entry through one
     temporary file and one rename, or, with a ``packer``
@@ -121,6 +123,36 @@ class IndexCache:
         on_corrupt: str = "miss",
     ) -> Optional[Arrays]:
         """The cached arrays, or ``None`` on a miss; see the module docstring."""
+        return self._find(key, names, mmap, verify, checks, on_corrupt)[0]
+
+    def probe(
+        self,
+        key: CacheKey,
+        names: Iterable[str],
+        *,
+        mmap: bool = True,
+        verify: str = "checksum",
+        checks: Optional[Mapping[str, object]] = None,
+        on_corrupt: str = "miss",
+    ) -> tuple[Optional[Arrays], bool]:
+        """``(arrays, True)`` on a hit, ``(None, whether an entry is present)`` on a miss:
+        :meth:`lookup`, then :meth:`exists` on a miss, but an absent entry is looked for
+        once (a present one is damaged or stale)."""
+        arrays, absent = self._find(key, names, mmap, verify, checks, on_corrupt)
+        if arrays is not None:
+            return arrays, True
+        return None, not absent and self.exists(key, names)
+
+    def _find(
+        self,
+        key: CacheKey,
+        names: Iterable[str],
+        mmap: bool,
+        verify: str,
+        checks: Optional[Mapping[str, object]],
+        on_corrupt: str,
+    ) -> tuple[Optional[Arrays], bool]:
+        """:meth:`lookup`'s arrays, and whether no entry of ``key`` was found at all."""
         if verify not in ("size", "checksum") or on_corrupt not in ("miss", "raise"):
             raise ValueError(f"verify={verify!r}/on_corrupt={on_corrupt!r} not supported")
         path = self.entry_path(key)
@@ -130,10 +162,10 @@ class IndexCache:
             except FileNotFoundError:
                 return self._lookup_packed(key, names, verify, checks, on_corrupt)
             with handle:
-                return entry.read_entry(handle, path, key, names, mmap, verify, checks)
+                return entry.read_entry(handle, path, key, names, mmap, verify, checks), False
         except (OSError, entry.Corrupt) as error:
             _unusable(error, path, path, on_corrupt)
-            return None
+            return None, False
 
     def _lookup_packed(
         self,
@@ -142,21 +174,22 @@ class IndexCache:
         verify: str,
         checks: Optional[Mapping[str, object]],
         on_corrupt: str,
-    ) -> Optional[Arrays]:
-        """:meth:`lookup` of an entry held by a pack file (or queued for one)."""
+    ) -> tuple[Optional[Arrays], bool]:
+        """:meth:`_find` of an entry held by a pack file (or queued for one)."""
         queued, where = self._packed(key)
         if queued is None and where is None:
-            return None
+            return None, True
         pack_path = queued[0] if queued is not None else where[0]  # type: ignore[index]
         path = f"{pack_path} (entry {key.stem})"
         try:
             data = queued[1] if queued is not None else pack.read_entry(where)  # type: ignore[arg-type]
-            return entry.read_entry(io.BytesIO(data), path, key, names, True, verify, checks, data)
+            found = entry.read_entry(io.BytesIO(data), path, key, names, True, verify, checks, data)
+            return found, False
         except (OSError, entry.Corrupt) as error:
             if where is not None:
                 pack.forget(self.path_to_cache, key.stem, where, str(error))
             _unusable(error, path, pack_path, on_corrupt)
-            return None
+            return None, False
 
     def load(
         self,
@@ -186,7 +219,6 @@ class IndexCache:
         checks: Optional[Mapping[str, object]] = None,
     ) -> dict[str, str]:
         """Write the description and every array to the entry (atomically)."""
-        path = self.entry_path(key)
         record = entry.entry_record(key, checks)
         try:
             # an entry larger than the packer takes is streamed to its file: its bytes
@@ -197,15 +229,15 @@ class IndexCache:
                 packed = self.packer.offer(key.stem, data)
                 if packed is not None:
                     return {**{name: packed for name in arrays}, "description": packed}
-                atomic_write_bytes(path, data, durable=False)
+                atomic_write_bytes(self.entry_path(key), data, durable=False)
             else:
-                entry.write_entry(path, record, arrays)
+                entry.write_entry(self.entry_path(key), record, arrays)
         except OSError as error:
             raise CacheError(
                 f"cannot write the index cache in {self.path_to_cache} ({error}); set "
                 "path_to_cache to a writable directory"
             ) from None
-        return {**self.paths(key, arrays), "description": path}
+        return {**self.paths(key, arrays), "description": self.entry_path(key)}
 
     def lazy(
         self,
@@ -230,15 +262,21 @@ def _open_entry(path: str) -> io.BufferedReader:
     """The entry file at ``path`` opened for reading; Corrupt (a damaged entry) when it is
     a symbolic link, a FIFO, a device or a directory: tokenloom writes regular files."""
     try:
-        handle = open(path, "rb", opener=lambda name, _: os.open(name, _ENTRY_FLAGS))
+        fd = os.open(path, _ENTRY_FLAGS)  # a missing entry raises before a file object is made
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise entry.Corrupt(f"{path}: a symbolic link, not an entry file") from None
         if error.errno == errno.EISDIR:
             raise entry.Corrupt(f"{path}: not a regular file (a directory)") from None
         raise
-    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-        handle.close()
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        handle = open(fd, "rb") if regular else None
+    except BaseException:
+        os.close(fd)
+        raise
+    if handle is None:
+        os.close(fd)
         raise entry.Corrupt(f"{path}: not a regular file")
     return handle
 
