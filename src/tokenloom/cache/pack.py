@@ -258,10 +258,12 @@ def forget(directory: str, stem: str, where: Where, why: str) -> None:
 
 
 def _stale(listing: PackListing) -> bool:
+    if not os.access(listing.folder, os.F_OK):  # no exception to raise for every miss
+        return False  # no packs (yet): nothing to list
     try:
         stat = os.stat(listing.folder)
     except OSError:
-        return False  # no packs (yet): nothing to list
+        return False  # removed since
     if listing.listed is None:
         return True
     key, listed_at = listing.listed
