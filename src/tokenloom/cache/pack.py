@@ -106,7 +106,7 @@ class EntryPacker:
         self.small_entry_bytes, self.max_pending_bytes = small_entry_bytes, max_pending_bytes
         self._entries: dict[str, bytes] = {}
         self._size = 0
-        self._name = _new_pack_name()
+        self._pack = self._path(_new_pack_name())  # the pack being filled
         self._lock = threading.Lock()
         self._closed = False
 
@@ -139,11 +139,11 @@ class EntryPacker:
             if self._closed:
                 return None
             if self._size + len(data) > self.max_pending_bytes and self._entries:
-                full = (self._name, self._entries)
-                self._entries, self._size, self._name = {}, 0, _new_pack_name()
+                full = (self._pack, self._entries)
+                self._entries, self._size, self._pack = {}, 0, self._path(_new_pack_name())
             self._entries[stem] = data
             self._size += len(data)
-            path = self._path(self._name)
+            path = self._pack
         if full is not None:
             self._write(*full)
         return path
@@ -152,24 +152,23 @@ class EntryPacker:
         """``(pack path, bytes)`` of an entry queued but not yet written, else None."""
         with self._lock:
             data = self._entries.get(stem)
-            return None if data is None else (self._path(self._name), data)
+            return None if data is None else (self._pack, data)
 
     def flush(self) -> None:
         """Write the queued entries as one pack (nothing when none is queued)."""
         with self._lock:
-            name, entries = self._name, self._entries
-            self._entries, self._size, self._name = {}, 0, _new_pack_name()
-        self._write(name, entries)
+            path, entries = self._pack, self._entries
+            self._entries, self._size, self._pack = {}, 0, self._path(_new_pack_name())
+        self._write(path, entries)
 
     def discard(self) -> None:
         """Drop the queued entries unwritten."""
         with self._lock:
             self._entries, self._size = {}, 0
 
-    def _write(self, name: str, entries: dict[str, bytes]) -> None:
+    def _write(self, path: str, entries: dict[str, bytes]) -> None:
         if not entries:
             return
-        path = self._path(name)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with atomic_open(path, "wb", durable=False) as handle:
