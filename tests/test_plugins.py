@@ -103,6 +103,21 @@ def test_a_tokenizer_plugin_is_found_and_tokenizes(site: Path, tmp_path: Path):
     assert load_tokenizer(f"words:{vocab}", eod=7).eod == 7
 
 
+def test_loading_a_plugin_tokenizer_scans_the_entry_points_once(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The spec's parse finds the plugin, and the load uses it: one scan, not two."""
+    import tokenloom.plugins as plugins
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("the cat sat")
+    scans = []
+    discover = plugins.discover
+    monkeypatch.setattr(plugins, "discover", lambda group: scans.append(group) or discover(group))
+    assert load_tokenizer(f"words:{vocab}").eod == 4
+    assert scans == ["tokenloom.tokenizers"]
+
+
 def test_a_built_in_kind_wins_over_a_plugin_of_its_name(site: Path):
     assert parse_tokenizer_spec("hf:tokenizer.json") == ("hf", "tokenizer.json")
 

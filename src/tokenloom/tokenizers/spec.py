@@ -70,24 +70,32 @@ def _tiktoken_names() -> tuple[str, ...]:
 def parse_tokenizer_spec(spec: str) -> tuple[str, str]:
     """Split ``spec`` into ``(kind, location)``; kind is one of :data:`KINDS` or a
     plugin's (:func:`plugin_kinds`)."""
+    kind, location, _ = _parse(spec)
+    return kind, location
+
+
+def _parse(spec: str) -> tuple[str, str, Optional[plugins.Plugin]]:
+    """:func:`parse_tokenizer_spec`, with the plugin a plugin kind names (found once:
+    scanning the installed entry points costs milliseconds)."""
     spec = str(spec).strip()
     if not spec:
         raise TokenizerError(f"empty tokenizer spec; use one of: {SPEC_HELP}")
     if spec.lower() in ("bytes", "byte"):
-        return "bytes", ""
+        return "bytes", "", None
     prefix, sep, rest = spec.partition(":")
     if sep and prefix.lower() in _ALIASES and len(prefix) > 1:  # len>1: not a drive letter
         kind = _ALIASES[prefix.lower()]
         if kind != "bytes" and not rest:
             raise TokenizerError(f"tokenizer spec {spec!r} names no file after '{prefix}:'")
-        return kind, rest
-    if sep and rest and plugins.find(PLUGIN_GROUP, prefix, _ALIASES) is not None:
-        return prefix, rest
+        return kind, rest, None
+    plugin = plugins.find(PLUGIN_GROUP, prefix, _ALIASES) if sep and rest else None
+    if plugin is not None:
+        return prefix, rest, plugin
     detected = _detect(spec)
     if detected is not None:
-        return detected, spec
+        return detected, spec, None
     if spec in _tiktoken_names():
-        return "tiktoken", spec
+        return "tiktoken", spec, None
     hint = "" if os.path.exists(spec) else " (no such file)"
     raise TokenizerError(
         f"cannot tell what kind of tokenizer {spec!r} is{hint}; use one of: {SPEC_HELP}"
@@ -113,10 +121,10 @@ def load_tokenizer(
             ...); None means yes, as Megatron-LM main.
         merges: Hugging Face only: the ``merges.txt`` of a GPT-2 ``vocab.json`` spec.
     """
-    kind, location = parse_tokenizer_spec(spec)
-    if kind not in KINDS:
+    kind, location, plugin = _parse(spec)
+    if plugin is not None:
         extras = (pattern, add_special_tokens, merges)
-        return _load_plugin(kind, location, extras, eod=eod, num_threads=num_threads)
+        return _load_plugin(plugin, location, extras, eod=eod, num_threads=num_threads)
     if pattern is not None and kind != "tiktoken":
         raise TokenizerError(f"a split pattern applies only to tiktoken files, not to {kind}")
     for name, value in (("add_special_tokens", add_special_tokens), ("merges", merges)):
@@ -146,17 +154,17 @@ def load_tokenizer(
     return SentencePieceTokenizer(location, eod=eod, num_threads=num_threads)
 
 
-def _load_plugin(kind: str, location: str, extras: tuple, **options: Any) -> BaseTokenizer:
-    """The tokenizer of the plugin kind ``kind`` at ``location``, checked to be one;
-    ``extras`` (pattern, add_special_tokens, merges) must all be None."""
+def _load_plugin(
+    plugin: plugins.Plugin, location: str, extras: tuple, **options: Any
+) -> BaseTokenizer:
+    """The tokenizer of the plugin kind ``plugin`` offers at ``location``, checked to be
+    one; ``extras`` (pattern, add_special_tokens, merges) must all be None."""
+    kind = plugin.name
     if any(extra is not None for extra in extras):
         raise TokenizerError(
             "pattern, add_special_tokens and merges apply to built-in kinds, not to "
             f"the plugin kind {kind!r}"
         )
-    plugin = plugins.find(PLUGIN_GROUP, kind, _ALIASES)
-    if plugin is None:  # uninstalled between the parse and the load
-        raise TokenizerError(f"no installed plugin offers the tokenizer kind {kind!r}")
     factory = plugins.load(plugin)
     given = {name: value for name, value in options.items() if value is not None}
     tokenizer = factory(location, **given)
