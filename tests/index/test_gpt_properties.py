@@ -232,3 +232,28 @@ def test_small_sample_index_reports_bad_documents_as_the_vectorized_path(sizes, 
     with pytest.raises(ConfigError) as small:
         build_sample_index_small(*args)
     assert str(small.value) == str(vectorized.value)
+
+
+def test_small_sample_index_hands_many_samples_to_the_vectorized_path(monkeypatch):
+    """A few long documents cut into many samples: a Python step per sample would be
+    slow, so past SAMPLE_SMALL_MAX_SAMPLES the cumulative sums run (the same output)."""
+    import tokenloom.index.sample as sample
+    from tokenloom.index import dispatch
+
+    calls = []
+    vectorized = sample.build_sample_index_vectorized
+    monkeypatch.setattr(
+        sample,
+        "build_sample_index_vectorized",
+        lambda *args: calls.append(1) or vectorized(*args),
+    )
+    sizes = numpy.array([9000, 7000, 11000], numpy.int32)
+    documents = numpy.array([2, 0, 1, 1, 0, 2], numpy.int32)
+    for seq, handed in ((4, True), (4096, False)):
+        args = (sizes, documents, seq, 2, int(sizes.sum()), True, 1)
+        assert dispatch.sample_index_route(documents) == dispatch.SMALL
+        calls.clear()
+        actual = index.build_sample_index(*args)
+        numpy.testing.assert_array_equal(actual, reference.build_sample_index(*args))
+        assert bool(calls) == handed
+        assert (actual.shape[0] - 1 > dispatch.SAMPLE_SMALL_MAX_SAMPLES) == handed

@@ -29,7 +29,8 @@ schedule blend     otherwise                                                ``FA
 exhaustive blend   ``sum(sizes) * (datasets + 750) <= BLEND_NUMPY_MAX_WORK`` ``REFERENCE``
 exhaustive blend   ``datasets < BLEND_SCAN_BELOW``                           ``SCAN`` kernel
 exhaustive blend   otherwise                                                ``FAST`` kernel
-sample index       ``len(document_index) <= SAMPLE_SMALL_MAX_DOCUMENTS``      ``SMALL`` (Python)
+sample index       ``len(document_index) <= SAMPLE_SMALL_MAX_DOCUMENTS`` and   ``SMALL`` (Python)
+                   at most ``SAMPLE_SMALL_MAX_SAMPLES`` samples
 sample index       ``len(document_index) <= SAMPLE_VECTORIZED_MAX_DOCUMENTS`` ``VECTORIZED``
 sample index       otherwise                                                ``KERNEL``
 shuffle            a C-contiguous writeable 1-D array of 1/2/4/8-byte items  ``KERNEL``
@@ -85,6 +86,7 @@ __all__ = [
     "NUMPY",
     "REFERENCE",
     "SAMPLE_SMALL_MAX_DOCUMENTS",
+    "SAMPLE_SMALL_MAX_SAMPLES",
     "SAMPLE_VECTORIZED_MAX_DOCUMENTS",
     "SCAN",
     "SCHEDULE_REFERENCE_MAX_SAMPLES",
@@ -134,6 +136,9 @@ SAMPLE_SMALL_MAX_DOCUMENTS = 256
 """Document indices up to this length are cut into samples in Python integers
 (``build_sample_index_small``): below it a numpy call's fixed cost (a microsecond or
 more) outweighs a Python step's (tens of nanoseconds) over the few calls they need."""
+
+SAMPLE_SMALL_MAX_SAMPLES = 1024
+"""... and at most this many samples (a Python step each; more take ``VECTORIZED``)."""
 
 SAMPLE_VECTORIZED_MAX_DOCUMENTS = 65_536
 """Document indices up to this length are cut into samples by cumulative sums (a few

@@ -152,6 +152,21 @@ def build_sample_index_small(
         add_extra_token_to_sequence,
         check_values=False,
     )
+    if plan.num_samples > dispatch.SAMPLE_SMALL_MAX_SAMPLES:  # a Python step per sample
+        return build_sample_index_vectorized(
+            sequence_lengths,
+            document_index,
+            sequence_length,
+            num_epochs,
+            tokens_per_epoch,
+            drop_last_partial_sequence,
+            add_extra_token_to_sequence,
+        )
+    return _cut_in_python(plan)
+
+
+def _cut_in_python(plan: SamplePlan) -> numpy.ndarray:
+    """:func:`build_sample_index_small`'s rows of a plan made without the value checks."""
     documents = plan.documents.tolist()
     count = plan.sizes.shape[0]
     if min(documents) < 0 or max(documents) >= count:
