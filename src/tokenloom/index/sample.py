@@ -142,7 +142,7 @@ def build_sample_index_small(
     for document indices of a few hundred documents: a numpy call costs a microsecond or
     more whatever its size, a Python step a few tens of nanoseconds, and a cold start over
     thousands of small prefixes builds one such index per prefix."""
-    plan = sample_index_plan(
+    arguments = (
         sequence_lengths,
         document_index,
         sequence_length,
@@ -150,18 +150,10 @@ def build_sample_index_small(
         tokens_per_epoch,
         drop_last_partial_sequence,
         add_extra_token_to_sequence,
-        check_values=False,
     )
+    plan = sample_index_plan(*arguments, check_values=False)
     if plan.num_samples > dispatch.SAMPLE_SMALL_MAX_SAMPLES:  # a Python step per sample
-        return build_sample_index_vectorized(
-            sequence_lengths,
-            document_index,
-            sequence_length,
-            num_epochs,
-            tokens_per_epoch,
-            drop_last_partial_sequence,
-            add_extra_token_to_sequence,
-        )
+        return build_sample_index_vectorized(*arguments)
     return _cut_in_python(plan)
 
 
