@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import pstats
+import sysconfig
 from typing import Any
 
 # (category, test on (filename, funcname)), first match wins
@@ -124,9 +125,14 @@ def _label(filename: str, name: str) -> str:
 
 
 def _short(filename: str, line: int, name: str) -> str:
+    """``file:line(name)`` with the machine's own folders left out (site-packages, the
+    checkout's src/, the standard library's folder as ``stdlib/``)."""
     for marker in ("site-packages/", "src/"):
         if marker in filename:
             filename = filename.split(marker, 1)[1]
+    stdlib = sysconfig.get_paths()["stdlib"].rstrip("/") + "/"
+    if filename.startswith(stdlib):
+        filename = "stdlib/" + filename[len(stdlib) :]
     return f"{filename}:{line}({name})" if filename != "~" else name
 
 
