@@ -138,11 +138,8 @@ class KernelLoader:
         """Whether a kernel of this loader has machine code loaded (has run) in this
         process: numba's compiler is then set up, and the first call of another kernel
         costs ~20 ms instead of the process's first 0.3-0.7 s (dispatch weighs this)."""
-        for module in list(self._modules.values()):
-            for value in vars(module).values() if module is not None else ():
-                if _has_machine_code(value):
-                    return True
-        return False
+        modules = [module for module in list(self._modules.values()) if module is not None]
+        return any(_has_machine_code(value) for m in modules for value in vars(m).values())
 
     def require(self, name: str) -> ModuleType:
         """Like :meth:`get`, but raises RuntimeError naming why the kernels cannot run."""
@@ -255,10 +252,8 @@ class KernelLoader:
 
 def _has_machine_code(value: object) -> bool:
     """Whether ``value`` is a numba dispatcher with a compiled (or cache-loaded) signature."""
-    try:
-        return bool(read_attribute(value, "signatures")) and has_attribute(value, "py_func")
-    except Exception:  # noqa: BLE001 - an attribute that fails to read is no dispatcher
-        return False
+    # read_attribute/has_attribute treat an attribute that fails to read as absent
+    return bool(read_attribute(value, "signatures")) and has_attribute(value, "py_func")
 
 
 def _run_task(task: Callable[[], None]) -> None:
