@@ -132,8 +132,8 @@ def check_document_indices(
         )
     if full and 2 < documents.shape[0] <= _SMALL_DOCUMENT_INDEX:  # Python: no numpy calls
         values = documents.tolist()
-        if any(a > b for a, b in zip(values, values[1:])):
-            at = next(i for i, (a, b) in enumerate(zip(values, values[1:])) if a > b)
+        at = next((i for i, (a, b) in enumerate(zip(values, values[1:])) if a > b), None)
+        if at is not None:
             raise FormatError(
                 f"{path}: document index is not monotone: entry {at + 1} is "
                 f"{values[at + 1]} after {values[at]}"

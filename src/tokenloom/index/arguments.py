@@ -136,15 +136,21 @@ def sample_index_inputs(
         return sizes, documents
     low, high = int(documents.min()), int(documents.max())
     if low < 0 or high >= sizes.size:
-        raise ConfigError(
-            f"document_index holds {low if low < 0 else high}, outside the "
-            f"{sizes.size} documents of sequence_lengths"
-        )
+        raise documents_out_of_range(low, high, sizes.size)
     used = sizes[documents]
     if int(used.min()) < 0:
         position = int(numpy.argmin(used))
         raise bad_document(sizes, documents, position)
     return sizes, documents
+
+
+def documents_out_of_range(low: int, high: int, count: int) -> ConfigError:
+    """The error for a ``document_index`` whose ids run ``low..high`` with ``count``
+    documents (``low < 0`` or ``high >= count``)."""
+    return ConfigError(
+        f"document_index holds {low if low < 0 else high}, outside the "
+        f"{count} documents of sequence_lengths"
+    )
 
 
 def bad_document(sizes: numpy.ndarray, documents: numpy.ndarray, position: int) -> ConfigError:

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy
 
-from tokenloom.errors import ConfigError
 from tokenloom.index import arguments, dispatch, reference
 from tokenloom.index._common import SamplePlan, sample_index_plan
 from tokenloom.kernels import KERNELS, read_only
@@ -160,13 +159,9 @@ def build_sample_index_small(
 def _cut_in_python(plan: SamplePlan) -> numpy.ndarray:
     """:func:`build_sample_index_small`'s rows of a plan made without the value checks."""
     documents = plan.documents.tolist()
-    count = plan.sizes.shape[0]
-    if min(documents) < 0 or max(documents) >= count:
-        low, high = min(documents), max(documents)
-        raise ConfigError(
-            f"document_index holds {low if low < 0 else high}, outside the "
-            f"{count} documents of sequence_lengths"
-        )
+    low, high = min(documents), max(documents)
+    if low < 0 or high >= plan.sizes.shape[0]:
+        raise arguments.documents_out_of_range(low, high, plan.sizes.shape[0])
     lengths = plan.sizes[plan.documents].tolist()
     if min(lengths) < 0:
         raise arguments.bad_document(plan.sizes, plan.documents, lengths.index(min(lengths)))
